@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/version"
+)
+
+func init() {
+	register(newMigrateCmd)
+	register(newConfigCmd)
+	register(newVersionCmd)
+}
+
+// newLogger builds the process logger from the configuration (to stderr, so
+// stdout stays clean for -o json).
+func newLogger(cfg *config.Config) *slog.Logger {
+	return logging.New(os.Stderr, cfg.Log.Level, cfg.Log.Format)
+}
+
+// openDB connects to DATABASE_URL.
+func openDB(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	return database.Connect(ctx, cfg.Database)
+}
+
+// openCurrentDB connects and checks the schema is what this binary expects.
+func openCurrentDB(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pool, err := openDB(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := database.CheckCurrent(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func newMigrateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "migrate",
+		GroupID: groupSetup,
+		Short:   "Apply the bridge's database migrations (safe from several replicas at once)",
+		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable bridge migrate`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(config.Needs{Database: true})
+			if err != nil {
+				return err
+			}
+			logger := newLogger(cfg)
+			pool, err := openDB(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := database.Migrate(cmd.Context(), pool, nil)
+			if err != nil {
+				return err
+			}
+			if len(res.Applied) == 0 {
+				logger.Info("schema is up to date", "version", res.To)
+				fmt.Fprintf(cmd.OutOrStdout(), "schema is up to date at version %d\n", res.To)
+				return nil
+			}
+			logger.Info("migrations applied", "from", res.From, "to", res.To, "applied", res.Applied)
+			fmt.Fprintf(cmd.OutOrStdout(), "migrated from version %d to %d (applied %v)\n", res.From, res.To, res.Applied)
+			return nil
+		},
+	}
+}
+
+func newConfigCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "config",
+		GroupID: groupSetup,
+		Short:   "Print the effective configuration (secrets redacted)",
+		Example: `  bridge config
+  bridge config -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		cfg, err := loadConfig(config.Needs{Database: true})
+		if err != nil {
+			return err
+		}
+		settings := cfg.Settings()
+		if *out == "json" {
+			return printJSON(cmd.OutOrStdout(), settings)
+		}
+		rows := make([][]string, len(settings))
+		for i, s := range settings {
+			rows[i] = []string{s.Component, s.Var, s.Value}
+		}
+		return printTable(cmd.OutOrStdout(), []string{"COMPONENT", "VARIABLE", "VALUE"}, rows)
+	}
+	return c
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		GroupID: groupSetup,
+		Short:   "Print the bridge version and the schema version it needs",
+		Example: `  bridge version`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "bridge %s (schema version %d)\n", version.String(), database.LatestVersion())
+			return nil
+		},
+	}
+}

@@ -1,0 +1,442 @@
+// Package config reads the bridge's configuration from environment variables
+// (github.com/caarlos0/env/v11). There is one struct per component; every field
+// documents its variable and default. Load errors name the variable and what is
+// wrong in one line, so `bridge` can exit 2 with it instead of a stack trace.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Log configures logging.
+type Log struct {
+	// LOG_LEVEL: debug, info, warn or error. Default info.
+	Level string `env:"LOG_LEVEL" envDefault:"info"`
+	// LOG_FORMAT: text or json. Default text.
+	Format string `env:"LOG_FORMAT" envDefault:"text"`
+}
+
+func (c Log) validate() error {
+	switch strings.ToLower(c.Level) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		return fieldError("LOG_LEVEL", c.Level, "must be one of debug, info, warn, error")
+	}
+	switch c.Format {
+	case "text", "json":
+	default:
+		return fieldError("LOG_FORMAT", c.Format, "must be text or json")
+	}
+	return nil
+}
+
+// Database configures the PostgreSQL connection.
+type Database struct {
+	// DATABASE_URL: PostgreSQL connection string (URL or key=value form).
+	// Required.
+	URL string `env:"DATABASE_URL,required" secret:"url"`
+	// DATABASE_CONNECT_TIMEOUT: how long to wait for the first connection.
+	// Default 10s.
+	ConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"10s"`
+	// DATABASE_MAX_CONNS: pool size. Default 10.
+	MaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"10"`
+}
+
+func (c Database) validate() error {
+	if strings.TrimSpace(c.URL) == "" {
+		return fieldError("DATABASE_URL", "", "must not be empty")
+	}
+	if strings.Contains(c.URL, "://") {
+		u, err := url.Parse(c.URL)
+		if err != nil {
+			return fieldError("DATABASE_URL", RedactURL(c.URL), "is not a valid URL")
+		}
+		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+			return fieldError("DATABASE_URL", RedactURL(c.URL), "scheme must be postgres:// or postgresql://")
+		}
+	}
+	if c.ConnectTimeout <= 0 {
+		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must be positive")
+	}
+	if c.MaxConns < 2 {
+		return fieldError("DATABASE_MAX_CONNS", fmt.Sprint(c.MaxConns), "must be at least 2")
+	}
+	return nil
+}
+
+// Kafka configures the connection to the Kafka cluster, shared by every
+// component that talks to it.
+type Kafka struct {
+	// KAFKA_BROKERS: comma-separated seed brokers, host:port. Required where
+	// Kafka is used.
+	Brokers []string `env:"KAFKA_BROKERS" envSeparator:","`
+	// KAFKA_CLIENT_ID: client id sent to the brokers. Default outbox-bridge.
+	ClientID string `env:"KAFKA_CLIENT_ID" envDefault:"outbox-bridge"`
+	// KAFKA_TLS: use TLS to the brokers. Default false.
+	TLS bool `env:"KAFKA_TLS" envDefault:"false"`
+	// KAFKA_TLS_CA_FILE: PEM CA bundle to verify brokers; empty: system roots.
+	TLSCAFile string `env:"KAFKA_TLS_CA_FILE"`
+	// KAFKA_TLS_CERT_FILE / KAFKA_TLS_KEY_FILE: client certificate for mTLS.
+	TLSCertFile string `env:"KAFKA_TLS_CERT_FILE"`
+	TLSKeyFile  string `env:"KAFKA_TLS_KEY_FILE"`
+	// KAFKA_TLS_SERVER_NAME: overrides the server name checked in the broker's
+	// certificate. Default: the broker host.
+	TLSServerName string `env:"KAFKA_TLS_SERVER_NAME"`
+	// KAFKA_TLS_INSECURE_SKIP_VERIFY: do not verify broker certificates (tests
+	// only). Default false.
+	TLSInsecureSkipVerify bool `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" envDefault:"false"`
+	// KAFKA_SASL_MECHANISM: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	SASLMechanism string `env:"KAFKA_SASL_MECHANISM"`
+	// KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: SASL credentials.
+	SASLUsername string `env:"KAFKA_SASL_USERNAME" secret:"value"`
+	SASLPassword string `env:"KAFKA_SASL_PASSWORD" secret:"value"`
+}
+
+// Validate checks the Kafka settings; requireBrokers is true for commands
+// that talk to Kafka.
+func (c Kafka) Validate(requireBrokers bool) error {
+	if requireBrokers && len(c.Brokers) == 0 {
+		return fieldError("KAFKA_BROKERS", "", "is required (comma-separated host:port list)")
+	}
+	for _, b := range c.Brokers {
+		b = strings.TrimSpace(b)
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" || port == "" {
+			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q is not host:port", b))
+		}
+	}
+	switch c.SASLMechanism {
+	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		return fieldError("KAFKA_SASL_MECHANISM", c.SASLMechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	if c.SASLMechanism != "" && (c.SASLUsername == "" || c.SASLPassword == "") {
+		return fieldError("KAFKA_SASL_USERNAME", "", "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with KAFKA_SASL_MECHANISM")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fieldError("KAFKA_TLS_CERT_FILE", c.TLSCertFile, "KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE must be set together")
+	}
+	return nil
+}
+
+// HTTP configures the operational HTTP server (health, metrics, admin API).
+type HTTP struct {
+	// HTTP_ADDR: listen address for /healthz, /readyz, /metrics and the admin
+	// API. Empty disables the server. Default 127.0.0.1:8080.
+	Addr string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	// ADMIN_TOKEN: bearer token for the admin API; empty serves only health
+	// and metrics.
+	AdminToken string `env:"ADMIN_TOKEN" secret:"value"`
+}
+
+func (c HTTP) validate() error {
+	if c.Addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fieldError("HTTP_ADDR", c.Addr, "is not host:port")
+	}
+	return nil
+}
+
+// Relay configures `bridge relay`.
+type Relay struct {
+	// RELAY_MAX_ATTEMPTS: failed sends that belong to a row before it is
+	// parked as FAILED. Default 10.
+	MaxAttempts int `env:"RELAY_MAX_ATTEMPTS" envDefault:"10"`
+	// RELAY_BACKOFF_BASE: delay before the 2nd attempt; doubles per attempt.
+	// Default 7s, which spreads 10 attempts over about an hour.
+	BackoffBase time.Duration `env:"RELAY_BACKOFF_BASE" envDefault:"7s"`
+	// RELAY_BACKOFF_MAX: cap on one backoff delay. Default 30m.
+	BackoffMax time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"30m"`
+	// RELAY_BATCH_SIZE: rows claimed and produced per cycle. Default 1000.
+	BatchSize int `env:"RELAY_BATCH_SIZE" envDefault:"1000"`
+	// RELAY_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"1s"`
+	// RELAY_LEASE_TIMEOUT: how long a replica's lane lease lasts without
+	// renewal; a dead replica's lanes move after at most this. Default 15s.
+	LeaseTimeout time.Duration `env:"RELAY_LEASE_TIMEOUT" envDefault:"15s"`
+	// RELAY_PRODUCE_TIMEOUT: bound on one produce attempt, so a send the
+	// client would retry forever is counted. Default 30s.
+	ProduceTimeout time.Duration `env:"RELAY_PRODUCE_TIMEOUT" envDefault:"30s"`
+	// RELAY_RETENTION: SENT rows older than this are deleted. Default 24h.
+	Retention time.Duration `env:"RELAY_RETENTION" envDefault:"24h"`
+	// RELAY_MAX_MESSAGE_BYTES: a payload larger than this is parked at once.
+	// Default 1000000 (Kafka's default max.message.bytes).
+	MaxMessageBytes int `env:"RELAY_MAX_MESSAGE_BYTES" envDefault:"1000000"`
+}
+
+func (c Relay) validate() error {
+	switch {
+	case c.MaxAttempts < 1:
+		return fieldError("RELAY_MAX_ATTEMPTS", fmt.Sprint(c.MaxAttempts), "must be at least 1")
+	case c.BackoffBase <= 0:
+		return fieldError("RELAY_BACKOFF_BASE", c.BackoffBase.String(), "must be positive")
+	case c.BackoffMax < c.BackoffBase:
+		return fieldError("RELAY_BACKOFF_MAX", c.BackoffMax.String(), "must be at least RELAY_BACKOFF_BASE")
+	case c.BatchSize < 1 || c.BatchSize > 100000:
+		return fieldError("RELAY_BATCH_SIZE", fmt.Sprint(c.BatchSize), "must be between 1 and 100000")
+	case c.PollInterval <= 0:
+		return fieldError("RELAY_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
+	case c.LeaseTimeout < time.Second:
+		return fieldError("RELAY_LEASE_TIMEOUT", c.LeaseTimeout.String(), "must be at least 1s")
+	case c.ProduceTimeout <= 0:
+		return fieldError("RELAY_PRODUCE_TIMEOUT", c.ProduceTimeout.String(), "must be positive")
+	case c.Retention <= 0:
+		return fieldError("RELAY_RETENTION", c.Retention.String(), "must be positive")
+	case c.MaxMessageBytes < 1:
+		return fieldError("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(c.MaxMessageBytes), "must be positive")
+	}
+	return nil
+}
+
+// Consumer configures `bridge consume`.
+type Consumer struct {
+	// CONSUMER_GROUP: Kafka consumer group. Default outbox-bridge.
+	Group string `env:"CONSUMER_GROUP" envDefault:"outbox-bridge"`
+	// CONSUMER_TOPICS: comma-separated topics to consume; a value starting
+	// with ~ is a regular expression. Required for `bridge consume`.
+	Topics []string `env:"CONSUMER_TOPICS" envSeparator:","`
+	// CONSUMER_DEDUP_WINDOW: inbox rows older than this are pruned. Default 168h (7 days).
+	DedupWindow time.Duration `env:"CONSUMER_DEDUP_WINDOW" envDefault:"168h"`
+	// CONSUMER_MAX_POLL_RECORDS: records per poll, one transaction each. Default 500.
+	MaxPollRecords int `env:"CONSUMER_MAX_POLL_RECORDS" envDefault:"500"`
+}
+
+// Validate checks the consumer settings; requireTopics is true for commands
+// that consume.
+func (c Consumer) Validate(requireTopics bool) error {
+	if c.Group == "" {
+		return fieldError("CONSUMER_GROUP", "", "must not be empty")
+	}
+	if requireTopics && len(c.Topics) == 0 {
+		return fieldError("CONSUMER_TOPICS", "", "is required (comma-separated topic list)")
+	}
+	if c.DedupWindow <= 0 {
+		return fieldError("CONSUMER_DEDUP_WINDOW", c.DedupWindow.String(), "must be positive")
+	}
+	if c.MaxPollRecords < 1 {
+		return fieldError("CONSUMER_MAX_POLL_RECORDS", fmt.Sprint(c.MaxPollRecords), "must be positive")
+	}
+	return nil
+}
+
+// Webhook configures `bridge deliver` and subscription management.
+type Webhook struct {
+	// WEBHOOK_RETRY_SCHEDULE: delays before each retry, comma-separated Go
+	// durations; after the last one the delivery is dead. Default
+	// 0s,5s,5m,30m,2h,5h,10h,10h (Svix's schedule), each with ±20% jitter.
+	RetrySchedule []time.Duration `env:"WEBHOOK_RETRY_SCHEDULE" envSeparator:"," envDefault:"0s,5s,5m,30m,2h,5h,10h,10h"`
+	// WEBHOOK_DISABLE_AFTER: consecutive dead deliveries that disable a
+	// subscription. Default 5.
+	DisableAfter int `env:"WEBHOOK_DISABLE_AFTER" envDefault:"5"`
+	// WEBHOOK_TIMEOUT: timeout of one HTTP attempt. Default 15s.
+	Timeout time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"15s"`
+	// WEBHOOK_LEASE: a delivery in flight longer than this goes back to
+	// pending (keeping its attempt). Default 60s.
+	Lease time.Duration `env:"WEBHOOK_LEASE" envDefault:"60s"`
+	// WEBHOOK_ALLOWED_CIDRS: comma-separated CIDRs exempt from the SSRF block
+	// list (e.g. 127.0.0.0/8 for local tests). Default none.
+	AllowedCIDRs []string `env:"WEBHOOK_ALLOWED_CIDRS" envSeparator:","`
+	// WEBHOOK_ALLOW_HTTP: accept http:// subscription URLs. Default false.
+	AllowHTTP bool `env:"WEBHOOK_ALLOW_HTTP" envDefault:"false"`
+	// WEBHOOK_SECRET_GRACE: how long a rotated-out secret keeps signing.
+	// Default 24h.
+	SecretGrace time.Duration `env:"WEBHOOK_SECRET_GRACE" envDefault:"24h"`
+	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: concurrent requests to one
+	// subscription. Default 8.
+	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"8"`
+	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 32.
+	Workers int `env:"WEBHOOK_WORKERS" envDefault:"32"`
+	// WEBHOOK_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration `env:"WEBHOOK_POLL_INTERVAL" envDefault:"1s"`
+}
+
+// ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
+func (c Webhook) ParsedAllowedCIDRs() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.AllowedCIDRs {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fieldError("WEBHOOK_ALLOWED_CIDRS", s, "is not a CIDR (e.g. 127.0.0.0/8)")
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (c Webhook) validate() error {
+	if len(c.RetrySchedule) == 0 {
+		return fieldError("WEBHOOK_RETRY_SCHEDULE", "", "must list at least one duration")
+	}
+	for _, d := range c.RetrySchedule {
+		if d < 0 {
+			return fieldError("WEBHOOK_RETRY_SCHEDULE", d.String(), "durations must not be negative")
+		}
+	}
+	switch {
+	case c.DisableAfter < 1:
+		return fieldError("WEBHOOK_DISABLE_AFTER", fmt.Sprint(c.DisableAfter), "must be at least 1")
+	case c.Timeout <= 0:
+		return fieldError("WEBHOOK_TIMEOUT", c.Timeout.String(), "must be positive")
+	case c.Lease <= c.Timeout:
+		return fieldError("WEBHOOK_LEASE", c.Lease.String(), "must be longer than WEBHOOK_TIMEOUT")
+	case c.SecretGrace < 0:
+		return fieldError("WEBHOOK_SECRET_GRACE", c.SecretGrace.String(), "must not be negative")
+	case c.MaxInFlightPerSubscription < 1:
+		return fieldError("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", fmt.Sprint(c.MaxInFlightPerSubscription), "must be at least 1")
+	case c.Workers < 1:
+		return fieldError("WEBHOOK_WORKERS", fmt.Sprint(c.Workers), "must be at least 1")
+	case c.PollInterval <= 0:
+		return fieldError("WEBHOOK_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
+	}
+	_, err := c.ParsedAllowedCIDRs()
+	return err
+}
+
+// Config is the whole configuration. Each command validates the parts it
+// uses (a relay does not need webhook settings to be sensible).
+type Config struct {
+	Log      Log
+	Database Database
+	Kafka    Kafka
+	HTTP     HTTP
+	Relay    Relay
+	Consumer Consumer
+	Webhook  Webhook
+}
+
+// Error is a configuration error naming the variable at fault.
+type Error struct {
+	Var     string
+	Value   string
+	Problem string
+}
+
+func (e *Error) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("%s %s", e.Var, e.Problem)
+	}
+	return fmt.Sprintf("%s=%q %s", e.Var, e.Value, e.Problem)
+}
+
+func fieldError(name, value, problem string) error {
+	return &Error{Var: name, Value: value, Problem: problem}
+}
+
+// Needs says which optional parts a command requires.
+type Needs struct {
+	Database bool
+	Kafka    bool
+	Topics   bool
+}
+
+// Load reads every component from the environment (environ: nil means the
+// process environment) and validates what the command needs.
+func Load(environ map[string]string, needs Needs) (*Config, error) {
+	var cfg Config
+	opts := env.Options{}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	// Database is parsed on its own so a command that does not need it does
+	// not fail on the required DATABASE_URL.
+	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook}
+	if needs.Database {
+		parts = append(parts, &cfg.Database)
+	} else {
+		dbOpts := opts
+		if err := env.ParseWithOptions(&cfg.Database, dbOpts); err != nil && !isOnlyUnset(err) {
+			return nil, describe(err)
+		}
+	}
+	for _, p := range parts {
+		if err := env.ParseWithOptions(p, opts); err != nil {
+			return nil, describe(err)
+		}
+	}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics)}
+	if needs.Database {
+		checks = append(checks, cfg.Database.validate())
+	}
+	for _, err := range checks {
+		if err != nil {
+			return nil, err
+		}
+	}
+	for i, b := range cfg.Kafka.Brokers {
+		cfg.Kafka.Brokers[i] = strings.TrimSpace(b)
+	}
+	return &cfg, nil
+}
+
+func isOnlyUnset(err error) bool {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return false
+	}
+	for _, e := range agg.Errors {
+		var unset env.VarIsNotSetError
+		if !errors.As(e, &unset) {
+			return false
+		}
+	}
+	return true
+}
+
+// describe turns caarlos0/env's aggregate error into one line naming the
+// first variable at fault.
+func describe(err error) error {
+	var agg env.AggregateError
+	if errors.As(err, &agg) && len(agg.Errors) > 0 {
+		err = agg.Errors[0]
+	}
+	var unset env.VarIsNotSetError
+	if errors.As(err, &unset) {
+		return fieldError(unset.Key, "", "is required but not set")
+	}
+	var empty env.EmptyVarError
+	if errors.As(err, &empty) {
+		return fieldError(empty.Key, "", "must not be empty")
+	}
+	var perr env.ParseError
+	if errors.As(err, &perr) {
+		return fieldError(envNameOf(perr.Name), "", fmt.Sprintf("is not a valid %s: %v", perr.Type, unwrapAll(perr.Err)))
+	}
+	return fmt.Errorf("configuration: %w", err)
+}
+
+func unwrapAll(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// envNameOf maps a struct field name reported by a parse error to its
+// environment variable.
+func envNameOf(field string) string {
+	for _, t := range []reflect.Type{reflect.TypeFor[Log](), reflect.TypeFor[Database](), reflect.TypeFor[Kafka](), reflect.TypeFor[HTTP](), reflect.TypeFor[Relay](), reflect.TypeFor[Consumer](), reflect.TypeFor[Webhook]()} {
+		if f, ok := t.FieldByName(field); ok {
+			name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+			return name
+		}
+	}
+	return field
+}

@@ -1,0 +1,135 @@
+package database
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/outboxbridge/bridge/migrations"
+)
+
+// MigrationsTable records applied migration versions (in the public schema,
+// since the first migration creates schema bridge).
+const MigrationsTable = "bridge_schema_migrations"
+
+// migrationLockID is the PostgreSQL advisory lock that serialises concurrent
+// `bridge migrate` runs from several replicas: one applies, the others wait
+// for it and then find nothing to do.
+const migrationLockID = 0x6f7574626f78 // "outbox"
+
+// ErrSchemaNewer means the database was migrated by a newer bridge; this binary
+// refuses to run against it rather than downgrade or misread it.
+var ErrSchemaNewer = errors.New("database schema is newer than this binary")
+
+// MigrationResult reports what Migrate did.
+type MigrationResult struct {
+	From, To int64
+	Applied  []int64
+}
+
+func newProvider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, *sql.DB, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID), lock.WithLockTimeout(1, 600))
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("create migration lock: %w", err)
+	}
+	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithTableName(MigrationsTable)}
+	if logger != nil {
+		opts = append(opts, goose.WithSlog(logger))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, opts...)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return p, db, nil
+}
+
+// LatestVersion is the newest migration this binary carries.
+func LatestVersion() int64 {
+	entries, _ := migrations.FS.ReadDir(".")
+	var latest int64
+	for _, e := range entries {
+		v, err := goose.NumericComponent(e.Name())
+		if err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
+}
+
+// SchemaVersion returns the database's applied migration version (0 when
+// never migrated).
+func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "public."+MigrationsTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+MigrationsTable+` WHERE is_applied`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Migrate applies every pending migration. It is safe to run concurrently
+// from several replicas, and refuses a database migrated by a newer binary.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (MigrationResult, error) {
+	current, err := SchemaVersion(ctx, pool)
+	if err != nil {
+		return MigrationResult{}, err
+	}
+	latest := LatestVersion()
+	if current > latest {
+		return MigrationResult{From: current, To: current}, fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade the bridge instead of migrating down", ErrSchemaNewer, current, latest)
+	}
+	p, db, err := newProvider(pool, logger)
+	if err != nil {
+		return MigrationResult{}, err
+	}
+	defer db.Close()
+	results, err := p.Up(ctx)
+	res := MigrationResult{From: current, To: current}
+	for _, r := range results {
+		if r.Error == nil && !r.Empty {
+			res.Applied = append(res.Applied, r.Source.Version)
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("apply migrations: %w", err)
+	}
+	// Another replica may have applied them while we waited for the lock.
+	if res.To, err = SchemaVersion(ctx, pool); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// CheckCurrent reports whether the schema is exactly what this binary expects
+// (readiness: a replica must not serve against an unmigrated database).
+func CheckCurrent(ctx context.Context, pool *pgxpool.Pool) error {
+	v, err := SchemaVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	latest := LatestVersion()
+	switch {
+	case v < latest:
+		return fmt.Errorf("database schema is at version %d, this binary needs %d: run `bridge migrate`", v, latest)
+	case v > latest:
+		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d", ErrSchemaNewer, v, latest)
+	}
+	return nil
+}

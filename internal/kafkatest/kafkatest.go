@@ -1,0 +1,146 @@
+// Package kafkatest gives tests a Kafka cluster: the real Apache Kafka broker
+// from KAFKA_BROKERS (compatibility: partitioning, headers, consumer groups),
+// or an in-process kfake cluster (precise faults: a topic that rejects
+// records, produce requests failing N times, a broker that disappears).
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/pgtest"
+)
+
+// DefaultBrokers is where scripts/services-up.sh starts Kafka.
+const DefaultBrokers = "127.0.0.1:9092"
+
+// RealBrokers returns the real broker's seed addresses, failing the test under
+// CI=true (skipping otherwise) when it does not answer.
+func RealBrokers(t testing.TB) []string {
+	t.Helper()
+	raw := os.Getenv("KAFKA_BROKERS")
+	if raw == "" {
+		raw = DefaultBrokers
+	}
+	brokers := strings.Split(raw, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(3*time.Second))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.Ping(ctx); err != nil {
+		pgtest.Unavailable(t, "Apache Kafka at "+raw, "`make services` (scripts/services-up.sh)", err)
+	}
+	return brokers
+}
+
+// Fake starts an in-process kfake cluster for t and closes it when t ends.
+func Fake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(3), kfake.AllowAutoTopicCreation()}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+var topicCounter atomic.Int64
+
+// TopicName returns a name no other test uses.
+func TopicName(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
+	if len(name) > 80 {
+		name = name[:80]
+	}
+	return fmt.Sprintf("t-%s-%d-%d", strings.ToLower(name), time.Now().UnixNano()%1e9, topicCounter.Add(1))
+}
+
+// CreateTopic creates a fresh topic with the given partitions (and configs,
+// e.g. max.message.bytes) on brokers and deletes it when t ends.
+func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[string]*string) string {
+	t.Helper()
+	name := TopicName(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		cl.Close()
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	// Wait until the metadata shows every partition with a leader, so the
+	// first produce does not race topic creation.
+	for {
+		md, err := adm.Metadata(ctx, name)
+		if err == nil {
+			if td, ok := md.Topics[name]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
+				ready := true
+				for _, p := range td.Partitions {
+					if p.Leader < 0 || p.Err != nil {
+						ready = false
+					}
+				}
+				if ready {
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			cl.Close()
+			t.Fatalf("topic %s never became ready", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, name)
+		cl.Close()
+	})
+	return name
+}
+
+// ConsumeAll reads every record of topic from the start until want records
+// arrived or the timeout passed.
+func ConsumeAll(t testing.TB, brokers []string, topic string, want int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatalf("kafka consumer: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Logf("fetch %s/%d: %v", topic, p, err)
+		})
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
