@@ -151,4 +151,3 @@ func commands() []*cobra.Command {
 func loadConfig(needs config.Needs) (*config.Config, error) {
 	return config.Load(nil, needs)
 }
-
