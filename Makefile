@@ -1,0 +1,48 @@
+# Outbox Bridge. Local services (PostgreSQL, Kafka 4.1.1, Jaeger v2) run
+# without Docker: see scripts/services-up.sh.
+
+GO ?= go
+
+# The contract with the Go test helpers: these four variables point the
+# integration tests at the services started by scripts/services-up.sh.
+TEST_ENV = \
+	DATABASE_URL='postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable' \
+	KAFKA_BROKERS=127.0.0.1:9092 \
+	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
+	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
+
+.PHONY: all build services services-down test vet test-go bench demo clean
+
+all: build
+
+build:
+	$(GO) build -o bin/bridge ./cmd/bridge
+
+services:
+	scripts/services-up.sh
+
+services-down:
+	scripts/services-down.sh
+
+# Starts the services, then vet, the race-enabled test suite, and every
+# benchmark once (so they compile and run).
+test: services
+	$(GO) vet ./...
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
+	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+vet:
+	$(GO) vet ./...
+
+test-go:
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
+
+bench:
+	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+demo:
+	SERVICES=postgres scripts/services-up.sh
+	env DATABASE_URL='postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable' $(GO) run ./cmd/bridge demo
+
+clean:
+	rm -rf bin
