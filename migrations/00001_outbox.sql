@@ -71,9 +71,10 @@ CREATE TABLE bridge.outbox (
 -- asset_seq is gapless and unique per asset (the null asset is one stream).
 CREATE UNIQUE INDEX outbox_asset_seq ON bridge.outbox ((coalesce(asset_id, '')), asset_seq);
 
--- The claim scans NEW rows of owned lanes in seq order: a partial index keeps
--- that cost proportional to the backlog, not to the table's history.
-CREATE INDEX outbox_new_by_lane ON bridge.outbox (lane, seq) WHERE status = 'NEW';
+-- The claim scans NEW rows in seq order (filtering to the lanes a replica
+-- holds): a partial index keeps that cost proportional to the backlog, not to
+-- the table's history.
+CREATE INDEX outbox_new_by_seq ON bridge.outbox (seq) INCLUDE (lane, next_attempt_at) WHERE status = 'NEW';
 -- "Is an earlier row of this asset waiting for its retry?" — one index probe.
 CREATE INDEX outbox_new_by_asset ON bridge.outbox ((coalesce(asset_id, '')), seq) WHERE status = 'NEW';
 -- Retention deletes SENT rows oldest first in bounded batches.

@@ -189,8 +189,8 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
 	case c.LeaseTimeout < time.Second:
 		return fieldError("RELAY_LEASE_TIMEOUT", c.LeaseTimeout.String(), "must be at least 1s")
-	case c.ProduceTimeout <= 0:
-		return fieldError("RELAY_PRODUCE_TIMEOUT", c.ProduceTimeout.String(), "must be positive")
+	case c.ProduceTimeout < time.Second:
+		return fieldError("RELAY_PRODUCE_TIMEOUT", c.ProduceTimeout.String(), "must be at least 1s (franz-go's minimum record timeout)")
 	case c.Retention <= 0:
 		return fieldError("RELAY_RETENTION", c.Retention.String(), "must be positive")
 	case c.MaxMessageBytes < 1:

@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/relay"
+)
+
+func init() { register(newOutboxCmd) }
+
+func newOutboxCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "outbox",
+		GroupID: groupOperate,
+		Short:   "Inspect the outbox: stats, FAILED rows, replay",
+		Example: `  bridge outbox stats
+  bridge outbox failed --topic assets
+  bridge outbox replay --all-failed --topic assets --since 1h`,
+	}
+	c.AddCommand(newOutboxStatsCmd(), newOutboxFailedCmd(), newOutboxReplayCmd())
+	return c
+}
+
+func newOutboxStatsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "stats",
+		Short:   "Rows by status, age of the oldest NEW row, FAILED rows by topic",
+		Example: `  bridge outbox stats -o json`,
+		Args:    cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		cfg, err := loadConfig(config.Needs{Database: true})
+		if err != nil {
+			return err
+		}
+		pool, err := openCurrentDB(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st, err := relay.ReadStats(cmd.Context(), pool)
+		if err != nil {
+			return err
+		}
+		if *out == "json" {
+			return printJSON(cmd.OutOrStdout(), st)
+		}
+		w := cmd.OutOrStdout()
+		rows := [][]string{
+			{"NEW", strconv.FormatInt(st.ByStatus["NEW"], 10)},
+			{"SENT", strconv.FormatInt(st.ByStatus["SENT"], 10)},
+			{"FAILED", strconv.FormatInt(st.ByStatus["FAILED"], 10)},
+		}
+		if err := printTable(w, []string{"STATUS", "ROWS"}, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\noldest NEW row: %s\n", (time.Duration(st.OldestNewAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+		if len(st.FailedByTopic) > 0 {
+			fmt.Fprintln(w)
+			var fr [][]string
+			for t, n := range st.FailedByTopic {
+				fr = append(fr, []string{t, strconv.FormatInt(n, 10)})
+			}
+			return printTable(w, []string{"TOPIC", "FAILED"}, fr)
+		}
+		return nil
+	}
+	return c
+}
+
+func newOutboxFailedCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "failed",
+		Short: "List FAILED (parked) rows with attempts and last error",
+		Example: `  bridge outbox failed --topic assets --limit 20
+  bridge outbox failed --payload -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	topic := c.Flags().String("topic", "", "only rows of this topic")
+	limit := c.Flags().Int("limit", 100, "at most this many rows")
+	payload := c.Flags().Bool("payload", false, "include payloads (off by default: triage, not reading event contents)")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		if *limit < 1 {
+			return UsageErrorf("--limit must be at least 1, got %d", *limit)
+		}
+		cfg, err := loadConfig(config.Needs{Database: true})
+		if err != nil {
+			return err
+		}
+		pool, err := openCurrentDB(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		rows, err := relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload)
+		if err != nil {
+			return err
+		}
+		if *out == "json" {
+			if rows == nil {
+				rows = []relay.FailedRow{}
+			}
+			return printJSON(cmd.OutOrStdout(), rows)
+		}
+		table := make([][]string, 0, len(rows))
+		for _, r := range rows {
+			asset := "(null)"
+			if r.AssetID != nil {
+				asset = *r.AssetID
+			}
+			line := []string{r.ID.String(), r.Topic, asset, r.EventType, strconv.Itoa(r.Attempts), truncate(r.LastError, 80)}
+			if *payload && r.Payload != nil {
+				line = append(line, *r.Payload)
+			}
+			table = append(table, line)
+		}
+		header := []string{"ID", "TOPIC", "ASSET", "TYPE", "ATTEMPTS", "LAST ERROR"}
+		if *payload {
+			header = append(header, "PAYLOAD")
+		}
+		return printTable(cmd.OutOrStdout(), header, table)
+	}
+	return c
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func newOutboxReplayCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "replay (--id ID... | --all-failed [--topic T] [--since DURATION])",
+		Short: "Return FAILED rows to NEW with attempts reset (after fixing the cause)",
+		Example: `  bridge outbox replay --id 0b7c6a4e-5f0e-4f43-9d4c-2f3f0f6b8e11
+  bridge outbox replay --all-failed --topic assets --since 2h`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	ids := c.Flags().StringSlice("id", nil, "FAILED row id (repeatable or comma-separated)")
+	all := c.Flags().Bool("all-failed", false, "replay every FAILED row (narrow with --topic/--since)")
+	topic := c.Flags().String("topic", "", "with --all-failed: only this topic")
+	since := c.Flags().Duration("since", 0, "with --all-failed: only rows that failed within this duration")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		switch {
+		case len(*ids) == 0 && !*all:
+			return UsageErrorf("replay needs a selector: --id ID... or --all-failed")
+		case len(*ids) > 0 && *all:
+			return UsageErrorf("use either --id or --all-failed, not both")
+		case len(*ids) > 0 && (*topic != "" || *since != 0):
+			return UsageErrorf("--topic and --since only narrow --all-failed")
+		case *since < 0:
+			return UsageErrorf("--since must be positive")
+		}
+		parsed := make([]uuid.UUID, 0, len(*ids))
+		for _, s := range *ids {
+			id, err := uuid.Parse(s)
+			if err != nil {
+				return UsageErrorf("--id %q is not a UUID", s)
+			}
+			parsed = append(parsed, id)
+		}
+		cfg, err := loadConfig(config.Needs{Database: true})
+		if err != nil {
+			return err
+		}
+		pool, err := openCurrentDB(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		var n int64
+		if *all {
+			n, err = relay.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
+		} else {
+			n, err = relay.ReplayIDs(cmd.Context(), pool, parsed)
+		}
+		if err != nil {
+			return err
+		}
+		if *out == "json" {
+			return printJSON(cmd.OutOrStdout(), map[string]int64{"replayed": n})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "replayed %d row(s): FAILED → NEW, attempts reset\n", n)
+		return nil
+	}
+	return c
+}

@@ -1,0 +1,180 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// LaneCount is the number of relay lanes (bridge.lane_count() in migration
+// 00001). Assets hash onto lanes; each lane is leased to one replica.
+const LaneCount = 64
+
+// laneKeeper holds this replica's lane leases: it renews them, takes its fair
+// share of free or expired lanes (a dead replica's lanes come back after its
+// lease expires), and hands extras back when replicas join — only what must
+// move moves, so a membership change does not stop the world.
+type laneKeeper struct {
+	pool     *pgxpool.Pool
+	memberID string
+	hostname string
+	lease    time.Duration
+	logger   *slog.Logger
+
+	mu    sync.Mutex
+	owned map[int]struct{}
+	// surplus is how many lanes this replica should give back; the relay
+	// loop releases them between cycles, never under rows in flight.
+	surplus int
+	changed chan struct{}
+}
+
+func newLaneKeeper(pool *pgxpool.Pool, memberID, hostname string, lease time.Duration, logger *slog.Logger) *laneKeeper {
+	return &laneKeeper{pool: pool, memberID: memberID, hostname: hostname, lease: lease, logger: logger,
+		owned: map[int]struct{}{}, changed: make(chan struct{}, 1)}
+}
+
+// Owned returns the lanes held now, sorted.
+func (k *laneKeeper) Owned() []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]int, 0, len(k.owned))
+	for l := range k.owned {
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (k *laneKeeper) notify() {
+	select {
+	case k.changed <- struct{}{}:
+	default:
+	}
+}
+
+func interval(d time.Duration) string { return fmt.Sprintf("%d milliseconds", d.Milliseconds()) }
+
+// tick renews, then rebalances toward this replica's fair share.
+func (k *laneKeeper) tick(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, k.lease)
+	defer cancel()
+	if _, err := k.pool.Exec(ctx, heartbeatMemberSQL, k.memberID, k.hostname, interval(k.lease)); err != nil {
+		return fmt.Errorf("relay heartbeat: %w", err)
+	}
+	rows, err := k.pool.Query(ctx, renewLanesSQL, k.memberID, interval(k.lease))
+	if err != nil {
+		return fmt.Errorf("renew lane leases: %w", err)
+	}
+	renewed := map[int]struct{}{}
+	for rows.Next() {
+		var lane int
+		if err := rows.Scan(&lane); err != nil {
+			rows.Close()
+			return fmt.Errorf("renew lane leases: %w", err)
+		}
+		renewed[lane] = struct{}{}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("renew lane leases: %w", err)
+	}
+	var members int
+	if err := k.pool.QueryRow(ctx, liveMembersSQL).Scan(&members); err != nil {
+		return fmt.Errorf("count relay members: %w", err)
+	}
+	members = max(members, 1)
+	target := int(math.Ceil(float64(LaneCount) / float64(members)))
+
+	var acquired []int
+	if len(renewed) < target {
+		rows, err := k.pool.Query(ctx, acquireLanesSQL, k.memberID, interval(k.lease), target-len(renewed))
+		if err != nil {
+			return fmt.Errorf("acquire lanes: %w", err)
+		}
+		for rows.Next() {
+			var lane int
+			if err := rows.Scan(&lane); err != nil {
+				rows.Close()
+				return fmt.Errorf("acquire lanes: %w", err)
+			}
+			acquired = append(acquired, lane)
+			renewed[lane] = struct{}{}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("acquire lanes: %w", err)
+		}
+	}
+
+	k.mu.Lock()
+	lost := 0
+	for l := range k.owned {
+		if _, ok := renewed[l]; !ok {
+			lost++
+		}
+	}
+	k.owned = renewed
+	k.surplus = max(0, len(renewed)-target)
+	k.mu.Unlock()
+	if lost > 0 {
+		k.logger.WarnContext(ctx, "lost lane leases (expired before renewal)", "lanes_lost", lost)
+	}
+	if len(acquired) > 0 {
+		k.logger.InfoContext(ctx, "acquired lanes", "lanes", acquired, "members", members, "owned", len(renewed))
+	}
+	if len(acquired) > 0 || lost > 0 || k.surplus > 0 {
+		k.notify()
+	}
+	return nil
+}
+
+// releaseSurplus hands back lanes above the fair share. Called by the relay
+// loop between cycles, when none of this replica's rows are in flight.
+func (k *laneKeeper) releaseSurplus(ctx context.Context) {
+	k.mu.Lock()
+	n := k.surplus
+	if n == 0 {
+		k.mu.Unlock()
+		return
+	}
+	owned := make([]int, 0, len(k.owned))
+	for l := range k.owned {
+		owned = append(owned, l)
+	}
+	slices.Sort(owned)
+	give := owned[len(owned)-n:]
+	for _, l := range give {
+		delete(k.owned, l)
+	}
+	k.surplus = 0
+	k.mu.Unlock()
+	if _, err := k.pool.Exec(ctx, releaseLanesSQL, k.memberID, give); err != nil {
+		k.logger.WarnContext(ctx, "release surplus lanes", "error", err)
+		return
+	}
+	k.logger.InfoContext(ctx, "released lanes to other replicas", "lanes", give)
+}
+
+// releaseAll gives every lane back and deregisters (graceful shutdown), so
+// the other replicas take over at once rather than after the lease timeout.
+func (k *laneKeeper) releaseAll(ctx context.Context) {
+	owned := k.Owned()
+	k.mu.Lock()
+	k.owned = map[int]struct{}{}
+	k.mu.Unlock()
+	if len(owned) > 0 {
+		if _, err := k.pool.Exec(ctx, releaseLanesSQL, k.memberID, owned); err != nil {
+			k.logger.WarnContext(ctx, "release lanes on shutdown", "error", err)
+		}
+	}
+	if _, err := k.pool.Exec(ctx, removeMemberSQL, k.memberID); err != nil {
+		k.logger.WarnContext(ctx, "deregister relay member", "error", err)
+	}
+}

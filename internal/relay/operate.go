@@ -1,0 +1,112 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Stats is what `bridge outbox stats` shows and the metrics export.
+type Stats struct {
+	ByStatus map[string]int64 `json:"by_status"`
+	// OldestNewAgeSeconds is the age of the oldest NEW row: the relay lag an
+	// operator alerts on (0 when nothing is waiting).
+	OldestNewAgeSeconds float64          `json:"oldest_new_age_seconds"`
+	FailedByTopic       map[string]int64 `json:"failed_by_topic"`
+}
+
+// ReadStats reads outbox counts by status, the oldest NEW row's age and
+// FAILED rows by topic.
+func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
+	st := Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}, FailedByTopic: map[string]int64{}}
+	if err := scanCounts(ctx, pool, statsByStatusSQL, st.ByStatus); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	if err := pool.QueryRow(ctx, oldestNewSQL).Scan(&st.OldestNewAgeSeconds); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	if err := scanCounts(ctx, pool, failedByTopicSQL, st.FailedByTopic); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	return st, nil
+}
+
+func scanCounts(ctx context.Context, pool *pgxpool.Pool, sql string, into map[string]int64) error {
+	rows, err := pool.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return err
+		}
+		into[k] = n
+	}
+	return rows.Err()
+}
+
+// FailedRow is a parked row as operators see it. Payload is empty unless
+// asked for: the listing is for triage, not for reading event contents.
+type FailedRow struct {
+	ID        uuid.UUID  `json:"id"`
+	Seq       int64      `json:"seq"`
+	AssetSeq  int64      `json:"asset_seq"`
+	Topic     string     `json:"topic"`
+	AssetID   *string    `json:"asset_id"`
+	EventType string     `json:"event_type"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"last_error"`
+	CreatedAt time.Time  `json:"created_at"`
+	FailedAt  *time.Time `json:"failed_at"`
+	Payload   *string    `json:"payload,omitempty"`
+}
+
+// ListFailed returns FAILED rows in seq order (topic "" = all).
+func ListFailed(ctx context.Context, pool *pgxpool.Pool, topic string, limit int, withPayload bool) ([]FailedRow, error) {
+	rows, err := pool.Query(ctx, listFailedSQL, topic, limit, withPayload)
+	if err != nil {
+		return nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedRow, error) {
+		var f FailedRow
+		err := r.Scan(&f.ID, &f.Seq, &f.AssetSeq, &f.Topic, &f.AssetID, &f.EventType, &f.Attempts, &f.LastError, &f.CreatedAt, &f.FailedAt, &f.Payload)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayIDs returns the given FAILED rows to NEW with attempts reset and
+// reports how many were FAILED. They keep their seq and their trace: the
+// replayed send continues the original trace.
+func ReplayIDs(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
+	tag, err := pool.Exec(ctx, replayByIDSQL, ids)
+	if err != nil {
+		return 0, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ReplayAllFailed returns every FAILED row (of topic, if not "", and failed
+// within since, if > 0) to NEW.
+func ReplayAllFailed(ctx context.Context, pool *pgxpool.Pool, topic string, since time.Duration) (int64, error) {
+	var sinceArg *string
+	if since > 0 {
+		s := interval(since)
+		sinceArg = &s
+	}
+	tag, err := pool.Exec(ctx, replayAllSQL, topic, sinceArg)
+	if err != nil {
+		return 0, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

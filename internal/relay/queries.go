@@ -1,0 +1,155 @@
+package relay
+
+// Every SQL statement of the relay lives here, one named constant each.
+
+// Lane leases ---------------------------------------------------------------
+
+// heartbeatMemberSQL registers this replica (or extends its registration) so
+// the others count it when they compute their fair share of lanes.
+const heartbeatMemberSQL = `
+INSERT INTO bridge.relay_members (member_id, hostname, expires_at)
+VALUES ($1, $2, now() + $3::interval)
+ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at`
+
+const liveMembersSQL = `SELECT count(*) FROM bridge.relay_members WHERE expires_at > now()`
+
+const removeMemberSQL = `DELETE FROM bridge.relay_members WHERE member_id = $1`
+
+const pruneMembersSQL = `DELETE FROM bridge.relay_members WHERE expires_at < now() - interval '1 hour'`
+
+// renewLanesSQL extends the leases this replica still holds. A lease that
+// already expired is not renewed: another replica may have taken the lane, and
+// this replica must treat it as lost (it can re-acquire it as a free lane).
+const renewLanesSQL = `
+UPDATE bridge.relay_lanes SET expires_at = now() + $2::interval
+WHERE owner = $1 AND expires_at > now()
+RETURNING lane`
+
+// acquireLanesSQL takes up to $3 free or expired lanes. SKIP LOCKED: two
+// replicas acquiring at once take disjoint lanes instead of waiting on each
+// other. epoch counts changes of owner (visible to operators).
+const acquireLanesSQL = `
+UPDATE bridge.relay_lanes l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + $2::interval
+WHERE l.lane IN (
+  SELECT lane FROM bridge.relay_lanes
+  WHERE owner IS NULL OR expires_at <= now()
+  ORDER BY lane
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)
+RETURNING l.lane`
+
+// releaseLanesSQL gives lanes back (scale-out or graceful shutdown) so
+// another replica takes them at once instead of after the lease timeout.
+const releaseLanesSQL = `
+UPDATE bridge.relay_lanes SET owner = NULL, expires_at = '-infinity'
+WHERE owner = $1 AND lane = ANY($2::int[])`
+
+// Claim and mark -------------------------------------------------------------
+
+// claimSQL returns the next NEW rows of the lanes this replica holds, in seq
+// order. No row lock is needed: a lane has one owner, and only the owner's
+// single relay loop claims from it.
+//
+// The NOT EXISTS is the per-asset hold (HARD-PARTS 3): asset X's row 5 failed
+// and waits for its retry; without the hold, the next claim would hand out X's
+// row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
+// skipped; rows of every other asset still flow. A FAILED row is not NEW, so a
+// parked row holds nothing back.
+const claimSQL = `
+SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload::text,
+       o.headers, coalesce(o.traceparent, ''), coalesce(o.tracestate, ''), o.attempts,
+       o.created_at, o.replayed_at IS NOT NULL
+FROM bridge.outbox o
+WHERE o.status = 'NEW'
+  AND o.lane = ANY($1::int[])
+  AND o.next_attempt_at <= now()
+  AND NOT EXISTS (
+    SELECT 1 FROM bridge.outbox e
+    WHERE e.status = 'NEW'
+      AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
+      AND e.seq < o.seq
+      AND e.next_attempt_at > now())
+ORDER BY o.seq
+LIMIT $2`
+
+// fenceSQL is the lease check every mark statement carries: a replica that
+// stalled past its lease (GC, network) may still see acks for records it
+// produced, but it must not mark rows of a lane another replica now owns.
+// The duplicate it produced is harmless (same dedup-id); a mark is not.
+
+// markSentSQL records the broker's acknowledgement.
+const markSentSQL = `
+UPDATE bridge.outbox o
+SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
+FROM unnest($2::uuid[], $3::int[], $4::bigint[]) AS m(id, part, off), bridge.relay_lanes l
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND l.lane = o.lane AND l.owner = $1 AND l.expires_at > now()`
+
+// chargeSQL counts a failed send that belongs to the row: attempts+1, the
+// error, the next try after the backoff — or FAILED when the budget is spent,
+// so the row stops holding back its asset.
+const chargeSQL = `
+UPDATE bridge.outbox o
+SET attempts = o.attempts + 1,
+    last_error = m.err,
+    next_attempt_at = now() + m.delay_ms * interval '1 millisecond',
+    status = CASE WHEN o.attempts + 1 >= $5 THEN 'FAILED' ELSE 'NEW' END,
+    failed_at = CASE WHEN o.attempts + 1 >= $5 THEN now() END
+FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS m(id, err, delay_ms), bridge.relay_lanes l
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND l.lane = o.lane AND l.owner = $1 AND l.expires_at > now()
+RETURNING o.id, o.status, o.attempts`
+
+// parkSQL parks rows that retrying cannot fix (too large, invalid topic,
+// authorization refused) at once, with the reason.
+const parkSQL = `
+UPDATE bridge.outbox o
+SET status = 'FAILED', attempts = o.attempts + 1, last_error = m.err, failed_at = now()
+FROM unnest($2::uuid[], $3::text[]) AS m(id, err), bridge.relay_lanes l
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND l.lane = o.lane AND l.owner = $1 AND l.expires_at > now()`
+
+// Maintenance ---------------------------------------------------------------
+
+// deleteSentSQL removes SENT rows past retention in bounded batches, so the
+// table (and the claim's index) stays small without one huge DELETE holding
+// locks and bloating WAL.
+const deleteSentSQL = `
+DELETE FROM bridge.outbox
+WHERE id IN (
+  SELECT id FROM bridge.outbox
+  WHERE status = 'SENT' AND sent_at < now() - $1::interval
+  ORDER BY sent_at
+  LIMIT $2)`
+
+// Operator queries ------------------------------------------------------------
+
+const statsByStatusSQL = `SELECT status, count(*) FROM bridge.outbox GROUP BY status`
+
+const oldestNewSQL = `
+SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM bridge.outbox WHERE status = 'NEW'`
+
+const failedByTopicSQL = `
+SELECT topic, count(*) FROM bridge.outbox WHERE status = 'FAILED' GROUP BY topic ORDER BY topic`
+
+const listFailedSQL = `
+SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, ''), created_at, failed_at,
+       CASE WHEN $3 THEN payload::text END
+FROM bridge.outbox
+WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
+ORDER BY seq
+LIMIT $2`
+
+// replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps
+// its seq, so it goes out before any later row of its asset that is still NEW.
+const replayByIDSQL = `
+UPDATE bridge.outbox
+SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+WHERE status = 'FAILED' AND id = ANY($1::uuid[])`
+
+const replayAllSQL = `
+UPDATE bridge.outbox
+SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
+  AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)`

@@ -1,0 +1,198 @@
+// Package outbox is the application side of Outbox Bridge: it writes events
+// into bridge.outbox inside the caller's own transaction.
+//
+// Enqueue takes a pgx.Tx, not a pool, so the type itself says the event lands
+// in the same transaction as the change it announces: emitting after a commit
+// loses the event when the process dies between the two, and emitting before
+// one announces a change that may still roll back.
+//
+// Ordering: events of one transaction are relayed in the order they were
+// enqueued. Two transactions that enqueue for the same asset are serialised by
+// a row lock on that asset's counter (held until commit), so per asset the
+// relay order is the commit order and asset_seq has no gaps. The cost: writers
+// of one asset wait for each other until commit. Enqueue one asset's events
+// together, and in a transaction touching several assets, enqueue them in a
+// stable order (EnqueueBatch sorts its lock order for you) to avoid deadlocks.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Event is one domain event.
+type Event struct {
+	// Topic is the Kafka topic. Required.
+	Topic string
+	// AssetID keys the event: events of one asset keep their order end to
+	// end. "" is the null-asset stream (one ordered stream of its own).
+	AssetID string
+	// EventType names what happened, e.g. "asset.version_published". Required.
+	EventType string
+	// Payload is the event body; it must be valid JSON.
+	Payload json.RawMessage
+	// Headers are extra Kafka headers.
+	Headers map[string]string
+}
+
+// ErrInvalidEvent is returned (wrapped) for an event that cannot be enqueued.
+var ErrInvalidEvent = errors.New("invalid outbox event")
+
+// Logger receives the warning when a malformed trace context is dropped. It
+// may be replaced by the application; nil disables the warning.
+var Logger = slog.Default()
+
+var traceparentRe = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+const enqueueSQL = `SELECT bridge.enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7)`
+
+func (e Event) validate() error {
+	switch {
+	case e.Topic == "":
+		return fmt.Errorf("%w: topic must not be empty", ErrInvalidEvent)
+	case e.EventType == "":
+		return fmt.Errorf("%w: event type must not be empty", ErrInvalidEvent)
+	case len(e.Payload) == 0:
+		return fmt.Errorf("%w: payload must not be empty (use the JSON literal null)", ErrInvalidEvent)
+	case !json.Valid(e.Payload):
+		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEvent)
+	}
+	return nil
+}
+
+// Enqueue writes one event in tx and returns its id, the dedup id every copy
+// of the event carries (Kafka header dedup-id, webhook-id). The W3C trace
+// context of ctx (traceparent, tracestate) is stored with the event so the
+// relay, the consumer and the webhook continue the caller's trace.
+func Enqueue(ctx context.Context, tx pgx.Tx, ev Event) (uuid.UUID, error) {
+	if err := ev.validate(); err != nil {
+		return uuid.Nil, err
+	}
+	args, err := enqueueArgs(ctx, ev)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	var id uuid.UUID
+	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&id); err != nil {
+		return uuid.Nil, fmt.Errorf("enqueue outbox event: %w", err)
+	}
+	return id, nil
+}
+
+// EnqueueBatch writes many events in tx in one round trip and returns their
+// ids in the same order. Events of one asset keep their relative order. The
+// per-asset locks are taken in a stable order (sorted asset ids) before any
+// event is written, so two batches touching the same assets in different
+// orders cannot deadlock each other.
+func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, error) {
+	for i, ev := range events {
+		if err := ev.validate(); err != nil {
+			return nil, fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	assets := map[string]struct{}{}
+	for _, ev := range events {
+		assets[ev.AssetID] = struct{}{}
+	}
+	lockOrder := make([]string, 0, len(assets))
+	for a := range assets {
+		lockOrder = append(lockOrder, a)
+	}
+	sort.Strings(lockOrder)
+
+	b := &pgx.Batch{}
+	if len(lockOrder) > 1 {
+		// Pre-lock every asset counter in sorted order (creating missing ones
+		// without advancing them), then write the events in caller order.
+		b.Queue(lockCountersSQL, lockOrder)
+	}
+	for _, ev := range events {
+		args, err := enqueueArgs(ctx, ev)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(enqueueSQL, args...)
+	}
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	if len(lockOrder) > 1 {
+		if _, err := res.Exec(); err != nil {
+			return nil, fmt.Errorf("lock asset counters: %w", err)
+		}
+	}
+	ids := make([]uuid.UUID, len(events))
+	for i := range events {
+		if err := res.QueryRow().Scan(&ids[i]); err != nil {
+			return nil, fmt.Errorf("enqueue outbox event %d: %w", i, err)
+		}
+	}
+	if err := res.Close(); err != nil {
+		return nil, fmt.Errorf("enqueue outbox batch: %w", err)
+	}
+	return ids, nil
+}
+
+// lockCountersSQL creates any missing counter at 0 and locks all of them in
+// sorted key order. bridge.enqueue then finds them already locked by this
+// transaction.
+const lockCountersSQL = `
+WITH keys AS (SELECT unnest($1::text[]) AS k ORDER BY 1),
+created AS (
+  INSERT INTO bridge.asset_counters (asset_key, last_asset_seq)
+  SELECT k, 0 FROM keys ORDER BY k
+  ON CONFLICT (asset_key) DO NOTHING
+)
+SELECT asset_key FROM bridge.asset_counters
+WHERE asset_key IN (SELECT k FROM keys)
+ORDER BY asset_key
+FOR UPDATE`
+
+func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
+	headers := ev.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	hdr, err := json.Marshal(headers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
+	}
+	var asset *string
+	if ev.AssetID != "" {
+		asset = &ev.AssetID
+	}
+	tp, ts := traceContext(ctx)
+	return []any{ev.Topic, asset, ev.EventType, string(ev.Payload), string(hdr), tp, ts}, nil
+}
+
+// traceContext captures the caller's span context as W3C strings. A malformed
+// one is dropped with a warning: a lost trace link must never fail a business
+// transaction.
+func traceContext(ctx context.Context) (traceparent, tracestate *string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil, nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	tp := carrier["traceparent"]
+	if !traceparentRe.MatchString(tp) {
+		if Logger != nil {
+			Logger.WarnContext(ctx, "dropping malformed traceparent", "traceparent", tp)
+		}
+		return nil, nil
+	}
+	traceparent = &tp
+	if s := carrier["tracestate"]; s != "" {
+		tracestate = &s
+	}
+	return traceparent, tracestate
+}
