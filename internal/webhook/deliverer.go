@@ -1,0 +1,326 @@
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/tracing"
+)
+
+// notifyChannel is where the deliveries trigger announces new rows.
+const notifyChannel = "bridge_deliveries"
+
+// queryTimeout bounds one bookkeeping query, so a stuck statement cannot
+// stall a loop forever.
+const queryTimeout = 30 * time.Second
+
+// Deliverer claims deliveries and sends them with a pool of workers. Several
+// Deliverers (processes or replicas) can run against one database: the claim
+// keeps per-(subscription, asset) order across all of them.
+type Deliverer struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	store  *DeliveryStore
+	client *http.Client
+	log    *slog.Logger
+
+	wake     chan struct{}
+	inFlight atomic.Int64
+	running  atomic.Bool
+}
+
+// NewDeliverer returns a Deliverer on pool; zero fields of cfg take their
+// defaults. `bridge deliver` and `bridge run` both start one.
+func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Lease <= cfg.Timeout {
+		return nil, fmt.Errorf("webhook lease (%s) must be longer than the request timeout (%s): a claim must not expire while its request can still be running", cfg.Lease, cfg.Timeout)
+	}
+	return &Deliverer{
+		pool:   pool,
+		cfg:    cfg,
+		store:  NewDeliveryStore(pool),
+		client: NewHTTPClient(cfg.AllowedCIDRs, cfg.TracerProvider),
+		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
+		wake:   make(chan struct{}, 1),
+	}, nil
+}
+
+// ID is what this deliverer writes in claimed_by.
+func (d *Deliverer) ID() string { return d.cfg.ID }
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+func (d *Deliverer) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx is cancelled, then shuts down gracefully: it stops
+// claiming, gives requests in flight ShutdownGrace to finish (their outcome is
+// recorded), cancels the rest and releases every claim it still holds without
+// charging the attempt — a deploy must not look like a failing endpoint. It
+// returns nil after a clean shutdown.
+func (d *Deliverer) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return errors.New("deliverer is already running")
+	}
+	defer d.running.Store(false)
+
+	// Requests run under their own context: cancelling ctx stops claiming,
+	// not the requests already sent. That one is cancelled ShutdownGrace
+	// later.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+
+	jobs := make(chan Claim, d.cfg.Workers)
+	var workers, loops sync.WaitGroup
+	for range d.cfg.Workers {
+		workers.Go(func() {
+			for c := range jobs {
+				d.process(ctx, reqCtx, c)
+				d.inFlight.Add(-1)
+				d.poke()
+			}
+		})
+	}
+	loops.Go(func() { d.listen(ctx) })
+	loops.Go(func() { d.reclaimLoop(ctx) })
+
+	d.log.InfoContext(ctx, "delivering", "workers", d.cfg.Workers, "max_in_flight_per_subscription", d.cfg.MaxInFlightPerSubscription,
+		"poll_interval", d.cfg.PollInterval, "lease", d.cfg.Lease, "max_attempts", d.cfg.maxAttempts())
+	d.claimLoop(ctx, jobs)
+
+	// Shutdown.
+	d.log.InfoContext(ctx, "stopping: no new claims; waiting for requests in flight", "in_flight", d.inFlight.Load(), "grace", d.cfg.ShutdownGrace)
+	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelReqs)
+	close(jobs)
+	workers.Wait()
+	grace.Stop()
+	loops.Wait()
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
+	defer cancel()
+	n, err := d.store.ReleaseAll(bctx, d.cfg.ID)
+	if err != nil {
+		// The leases bring them back after WEBHOOK_LEASE.
+		d.log.ErrorContext(bctx, "release claims at shutdown failed; they return when their lease expires", "err", err)
+	} else if n > 0 {
+		d.log.InfoContext(bctx, "released claims without charging their attempt", "released", n)
+	}
+	d.log.InfoContext(bctx, "stopped")
+	return nil
+}
+
+// claimLoop claims as many deliveries as there are idle workers whenever a
+// notification, a finished delivery, a reclaim or the poll tick says there
+// may be work. Claiming only for idle workers keeps memory bounded by the
+// worker count, whatever the backlog.
+func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- Claim) {
+	ticker := time.NewTicker(d.cfg.PollInterval)
+	defer ticker.Stop()
+	failures := 0
+	for {
+		free := d.cfg.Workers - int(d.inFlight.Load())
+		full := false
+		if free > 0 {
+			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+			claims, err := d.store.Claim(qctx, ClaimParams{
+				ClaimedBy: d.cfg.ID, Limit: free, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
+			})
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				failures++
+				d.log.ErrorContext(ctx, "claim failed; retrying", "err", err, "consecutive_failures", failures)
+			default:
+				failures = 0
+				d.inFlight.Add(int64(len(claims)))
+				for _, c := range claims {
+					jobs <- c // never blocks: at most Workers claims are out
+				}
+				full = len(claims) == free
+			}
+		}
+		if full {
+			continue // there may be more; workers are busy now, so free will be 0 or small
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// listen wakes the claim loop on every NOTIFY bridge_deliveries, so a new
+// delivery waits for a round trip rather than a poll. A lost connection costs
+// latency only: the poll tick still claims.
+func (d *Deliverer) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.WarnContext(ctx, "LISTEN connection lost; polling until it is back", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(d.cfg.PollInterval, time.Second)):
+		}
+	}
+}
+
+func (d *Deliverer) listenOnce(ctx context.Context) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire LISTEN connection: %w", err)
+	}
+	// The connection is never given back to the pool still listening: it is
+	// closed, and the pool replaces it.
+	defer func() {
+		_ = conn.Conn().Close(context.Background())
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", notifyChannel, err)
+	}
+	d.poke() // rows may have arrived while nobody listened
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		d.poke()
+	}
+}
+
+// reclaimLoop runs reclaim_stalled every ReclaimInterval: a claim whose
+// worker died would otherwise hold its stream forever.
+func (d *Deliverer) reclaimLoop(ctx context.Context) {
+	ticker := time.NewTicker(d.cfg.ReclaimInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		pending, dead, err := d.store.ReclaimStalled(qctx, 1000, d.cfg.maxAttempts())
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			d.log.ErrorContext(ctx, "reclaim stalled deliveries failed", "err", err)
+		case pending+dead > 0:
+			d.log.WarnContext(ctx, "reclaimed deliveries whose lease expired (attempt kept)", "to_pending", pending, "dead", dead)
+			d.poke()
+		}
+	}
+}
+
+// process sends one claimed delivery and records the outcome.
+func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
+	logCtx := tracing.ContextWithRemoteParent(context.WithoutCancel(ctx), c.Traceparent, c.Tracestate)
+	log := d.log.With("delivery_id", c.ID, "dedup_id", c.EventID, "subscription_id", c.SubscriptionID,
+		"attempt", c.Attempts, "url", redactURL(c.URL))
+	bctx, cancel := context.WithTimeout(logCtx, queryTimeout)
+	defer cancel()
+
+	if ctx.Err() != nil {
+		// Claimed, but shutdown began before a worker took it: not sent, so
+		// not charged.
+		d.release(bctx, log, &c)
+		return
+	}
+	res := send(reqCtx, d.client, &c, d.cfg.Timeout, time.Now())
+	if !res.success() && res.status == 0 && reqCtx.Err() != nil {
+		// Cancelled by shutdown after the grace period: the endpoint did not
+		// fail, the deploy interrupted it.
+		d.release(bctx, log, &c)
+		return
+	}
+	out := Outcome{
+		StartedAt: res.started, Duration: res.duration, StatusCode: res.status, Error: res.describe(),
+		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
+	}
+	if res.success() {
+		current, err := d.store.Complete(bctx, &c, d.cfg.ID, out)
+		switch {
+		case err != nil:
+			log.ErrorContext(bctx, "delivered, but recording it failed; the lease will return it and it will be sent again", "err", err)
+		case !current:
+			log.WarnContext(bctx, "delivered after the claim was reclaimed (lease expired); it may be sent twice", "status", res.status)
+		default:
+			log.DebugContext(bctx, "delivered", "status", res.status, "duration", res.duration)
+		}
+		return
+	}
+	gone := res.status == http.StatusGone
+	if gone || c.Attempts >= d.cfg.maxAttempts() {
+		r, err := d.store.Dead(bctx, &c, d.cfg.ID, out, d.cfg.DisableAfter, gone)
+		switch {
+		case err != nil:
+			log.ErrorContext(bctx, "recording a dead delivery failed", "err", err, "error", out.Error)
+		case !r.Current:
+			log.WarnContext(bctx, "failed after the claim was reclaimed; outcome logged only", "error", out.Error)
+		default:
+			log.ErrorContext(bctx, "delivery dead; the rows behind it in its stream proceed", "error", out.Error, "status", res.status,
+				"consecutive_dead", r.ConsecutiveFailures)
+			if !r.Enabled {
+				log.ErrorContext(bctx, "subscription disabled", "reason", r.DisabledReason)
+			}
+		}
+		return
+	}
+	scheduled := d.cfg.RetrySchedule[c.Attempts-1]
+	delay := retryDelay(scheduled, jitter(scheduled), res.retryAfter, res.hasRA)
+	current, err := d.store.Retry(bctx, &c, d.cfg.ID, out, delay)
+	switch {
+	case err != nil:
+		log.ErrorContext(bctx, "recording a failed attempt failed", "err", err, "error", out.Error)
+	case !current:
+		log.WarnContext(bctx, "failed after the claim was reclaimed; outcome logged only", "error", out.Error)
+	default:
+		log.WarnContext(bctx, "attempt failed; will retry", "error", out.Error, "status", res.status, "retry_in", delay.Round(time.Millisecond))
+	}
+}
+
+func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *Claim) {
+	if err := d.store.Release(ctx, c, d.cfg.ID); err != nil {
+		log.ErrorContext(ctx, "release failed; the lease will return it", "err", err)
+	}
+}
+
+// redactURL keeps scheme, host and path: subscribers put tokens in query
+// strings, and logs travel further than the database.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	u.RawQuery, u.Fragment, u.User = "", "", nil
+	return u.String()
+}

@@ -1,0 +1,25 @@
+// Package webhook is the delivery half of the bridge: subscriptions and their
+// signing secrets, the deliveries queue in PostgreSQL (claim, reclaim_stalled,
+// release, complete, fail, dead, revive), the SSRF-safe HTTP client, Standard
+// Webhooks signing, and the Deliverer worker pool that ties them together.
+//
+// Every rule here is a named failure mode (seeds/000, HARD-PARTS 6 and 7):
+//
+//   - One delivery in flight per (subscription, asset): an
+//     asset.version_created delivered after asset.expired republishes an asset
+//     whose rights were withdrawn. The claim's sibling check and the claim are
+//     one statement with FOR UPDATE SKIP LOCKED.
+//   - A stalled claim (killed worker) would halt its stream forever:
+//     ReclaimStalled returns it after WEBHOOK_LEASE and keeps the attempt, since
+//     the request may have arrived.
+//   - A rolling restart must not look like a failing endpoint: Release gives
+//     claims back without charging the attempt.
+//   - Only deaths move a subscription's consecutive_failures, so one payload
+//     an endpoint chokes on cannot disable a healthy endpoint; any success
+//     resets it.
+//   - Revive resets attempts: the operator has just fixed the endpoint.
+//   - The log never reads the payload column: it is the largest column, on the
+//     most-run query, and the cheapest way to read a tenant's history.
+//
+// Every SQL statement lives in queries.go as a named constant.
+package webhook

@@ -1,0 +1,318 @@
+package webhook
+
+// Every SQL statement of the delivery engine lives here, one named constant
+// each, grouped by table. None is assembled at run time; optional filters are
+// `($n IS NULL OR column = $n)`.
+
+// bridge.subscriptions -------------------------------------------------------
+
+const insertSubscriptionSQL = `
+INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic)
+VALUES ($1, $2, $3, nullif($4, ''))
+RETURNING s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+
+const getSubscriptionSQL = `
+SELECT s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at
+FROM bridge.subscriptions s WHERE s.id = $1`
+
+const listSubscriptionsSQL = `
+SELECT s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at
+FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
+
+// updateSubscriptionSQL changes only the fields whose parameter is not NULL;
+// $5 is the topic and $6 says whether to set it (an empty topic clears the filter).
+const updateSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET
+  url = coalesce($2, s.url),
+  description = coalesce($3, s.description),
+  event_types = coalesce($4, s.event_types),
+  topic = CASE WHEN $6::boolean THEN nullif($5, '') ELSE s.topic END,
+  updated_at = now()
+WHERE s.id = $1
+RETURNING s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+
+const disableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = false, disabled_reason = $2, disabled_at = now(), updated_at = now()
+WHERE s.id = $1
+RETURNING s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+
+// enableSubscriptionSQL resets consecutive_failures: the operator says the
+// endpoint is fixed, so the next death starts a new count.
+const enableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
+  consecutive_failures = 0, updated_at = now()
+WHERE s.id = $1
+RETURNING s.id::text, s.url, s.description, s.event_types, coalesce(s.topic, ''), s.enabled,
+       coalesce(s.disabled_reason, ''), s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+
+const deleteSubscriptionSQL = `DELETE FROM bridge.subscriptions WHERE id = $1`
+
+// bridge.subscription_secrets --------------------------------------------------
+
+const insertSecretSQL = `INSERT INTO bridge.subscription_secrets (subscription_id, secret) VALUES ($1, $2)`
+
+// expireCurrentSecretsSQL starts the grace period of the secret being rotated
+// out: until expires_at it keeps signing beside the new one, so a receiver can
+// switch without rejecting a delivery.
+const expireCurrentSecretsSQL = `
+UPDATE bridge.subscription_secrets SET expires_at = now() + $2::interval
+WHERE subscription_id = $1 AND expires_at IS NULL`
+
+const pruneExpiredSecretsSQL = `
+DELETE FROM bridge.subscription_secrets WHERE subscription_id = $1 AND expires_at <= now()`
+
+// listSecretsSQL returns secret metadata, never the secret itself.
+const listSecretsSQL = `
+SELECT id, created_at, expires_at FROM bridge.subscription_secrets
+WHERE subscription_id = $1 AND (expires_at IS NULL OR expires_at > now())
+ORDER BY id`
+
+// validSecretsSQL returns the secrets that sign a request now, newest first.
+const validSecretsSQL = `
+SELECT secret FROM bridge.subscription_secrets
+WHERE subscription_id = $1 AND (expires_at IS NULL OR expires_at > now())
+ORDER BY id DESC`
+
+// bridge.deliveries ------------------------------------------------------------
+
+// claimLockSQL runs in the claim's transaction, before the claim statement,
+// and reviveLockSQL in the revive's. See Store.Claim for the race.
+const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004)`
+const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
+
+// claimSQL hands out at most one delivery per (subscription, asset): the
+// stream's head, and only when nothing of that stream is in flight.
+//
+// The race it prevents: two workers each check "no earlier delivery of (S, X)
+// is pending or delivering", both see none, both claim, and two of X's events
+// reach S at once, in either order (HARD-PARTS 6). Here the sibling check, the
+// row lock and the update are one statement. A head H of stream (S, X) is the
+// lowest-seq open row; a second worker whose snapshot predates the first
+// worker's commit sees H still pending, so it tries only H — locked, SKIP
+// LOCKED skips it — and not H's successor, whose check finds H open. One whose
+// snapshot follows the commit sees H delivering and skips the whole stream. If
+// the lock is taken after the first worker committed, PostgreSQL re-checks the
+// locked row's status (EvalPlanQual) and drops it.
+//
+// The null asset is one stream: the coalesce of asset_id to the empty string matches NULL with NULL
+// (as IS NOT DISTINCT FROM would) and is the expression the
+// deliveries_open_by_stream index is built on, so each sibling probe is one
+// index lookup and the claim costs what its batch costs, not the backlog.
+//
+// Fairness: one LATERAL per enabled subscription takes at most its free slots
+// ($2 minus what it has in flight: WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION), and
+// the batch ($3) is filled round-robin — every subscription's first head, by
+// age, before any subscription's second — so one busy subscription cannot
+// take every worker.
+//
+// The attempt is charged here, at claim: a worker killed mid-request has
+// still sent it.
+const claimSQL = `
+WITH heads AS (
+  SELECT h.id, h.subscription_id, h.seq
+  FROM bridge.subscriptions s
+  CROSS JOIN LATERAL (
+    SELECT d.id, d.subscription_id, d.seq
+    FROM bridge.deliveries d
+    WHERE d.subscription_id = s.id
+      AND d.status = 'pending'
+      AND d.next_attempt_at <= now()
+      AND NOT EXISTS (
+        SELECT 1 FROM bridge.deliveries e
+        WHERE e.subscription_id = d.subscription_id
+          AND coalesce(e.asset_id, '') = coalesce(d.asset_id, '')
+          AND e.status IN ('pending', 'delivering')
+          AND (e.seq < d.seq OR e.status = 'delivering'))
+    ORDER BY d.seq
+    LIMIT least($3::int, greatest(0, $2::int - (
+      SELECT count(*) FROM bridge.deliveries f
+      WHERE f.subscription_id = s.id AND f.status = 'delivering')))
+    FOR UPDATE OF d SKIP LOCKED
+  ) h
+  WHERE s.enabled
+),
+picked AS (
+  SELECT id FROM (
+    SELECT id, seq, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
+    FROM heads
+  ) r
+  ORDER BY turn, seq
+  LIMIT $3
+)
+UPDATE bridge.deliveries d
+SET status = 'delivering',
+    attempts = d.attempts + 1,
+    lease_expires_at = now() + $4::interval,
+    claimed_by = $1
+FROM picked p, bridge.subscriptions s
+WHERE d.id = p.id AND s.id = d.subscription_id
+RETURNING d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
+          d.payload::text, d.event_created_at, coalesce(d.traceparent, ''), coalesce(d.tracestate, ''),
+          d.attempts, s.url,
+          ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
+                WHERE k.subscription_id = d.subscription_id AND (k.expires_at IS NULL OR k.expires_at > now())
+                ORDER BY k.id DESC)`
+
+// reclaimStalledSQL returns deliveries whose lease ran out (their worker died
+// or hung) so their streams move again. The attempt is kept: the request may
+// have arrived. A delivery that stalled on its last allowed attempt ($2) dies
+// instead of being retried forever — a payload that kills its worker every
+// time must not loop — but does not count against the endpoint, which never
+// answered.
+const reclaimStalledSQL = `
+UPDATE bridge.deliveries d
+SET status = CASE WHEN d.attempts >= $2 THEN 'dead' ELSE 'pending' END,
+    dead_at = CASE WHEN d.attempts >= $2 THEN now() ELSE d.dead_at END,
+    next_attempt_at = now(),
+    last_error = 'lease expired while in flight (worker ' || coalesce(d.claimed_by, '?') || ' stopped or hung)',
+    lease_expires_at = NULL,
+    claimed_by = NULL
+WHERE d.id IN (
+  SELECT id FROM bridge.deliveries
+  WHERE status = 'delivering' AND lease_expires_at < now()
+  ORDER BY lease_expires_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED)
+RETURNING d.id, d.status`
+
+// releaseSQL gives one claim back without charging its attempt (shutdown
+// before the request went out or finished): a rolling restart must not look
+// like a failing endpoint.
+const releaseSQL = `
+UPDATE bridge.deliveries
+SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
+WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'`
+
+// releaseAllSQL gives back everything a deliverer still holds at the end of
+// its shutdown.
+const releaseAllSQL = `
+UPDATE bridge.deliveries
+SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
+WHERE claimed_by = $1 AND status = 'delivering'
+RETURNING id`
+
+// Outcomes. Each moves the delivery (and its subscription) in one statement;
+// the delivery moves only while this worker's claim (claimed_by, attempts) is
+// still the current one — after a reclaim, a late answer is logged but
+// changes nothing.
+
+// insertAttemptSQL logs one HTTP attempt; it is sent in the same implicit
+// transaction (one pgx batch) as the outcome statement below it.
+const insertAttemptSQL = `
+INSERT INTO bridge.delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body, trace_id)
+VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7, nullif($8, ''))`
+
+// completeSQL: 2xx. A success forgives the subscription's failure count:
+// "consecutive" is the whole meaning of that column.
+const completeSQL = `
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'delivered', delivered_at = now(), lease_expires_at = NULL, claimed_by = NULL,
+      last_status_code = $4, last_error = NULL
+  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
+  RETURNING subscription_id
+),
+s AS (
+  UPDATE bridge.subscriptions s SET consecutive_failures = 0, updated_at = now()
+  FROM d WHERE s.id = d.subscription_id AND s.consecutive_failures <> 0
+)
+SELECT count(*) FROM d`
+
+// retrySQL: a failed attempt with retries left. The subscription's failure
+// count does not move — only deaths count.
+const retrySQL = `
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'pending', next_attempt_at = now() + $6::interval, lease_expires_at = NULL, claimed_by = NULL,
+      last_status_code = $4, last_error = nullif($5, '')
+  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
+  RETURNING id
+)
+SELECT count(*) FROM d`
+
+// deadSQL: the schedule is exhausted (or the endpoint answered 410 Gone,
+// $7). The delivery dies, the rows behind it in its stream proceed, and the
+// subscription's consecutive_failures moves by one; at $6
+// (WEBHOOK_DISABLE_AFTER) or on 410 the subscription is disabled with the
+// reason. The SET expressions read the row's old values.
+const deadSQL = `
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'dead', dead_at = now(), lease_expires_at = NULL, claimed_by = NULL,
+      last_status_code = $4, last_error = nullif($5, '')
+  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
+  RETURNING subscription_id
+),
+s AS (
+  UPDATE bridge.subscriptions s
+  SET consecutive_failures = s.consecutive_failures + 1,
+      enabled = s.enabled AND NOT ($7::boolean OR s.consecutive_failures + 1 >= $6::int),
+      disabled_at = CASE WHEN s.enabled AND ($7::boolean OR s.consecutive_failures + 1 >= $6::int)
+                         THEN now() ELSE s.disabled_at END,
+      disabled_reason = CASE
+        WHEN NOT s.enabled THEN s.disabled_reason
+        WHEN $7::boolean THEN 'endpoint answered 410 Gone'
+        WHEN s.consecutive_failures + 1 >= $6::int
+          THEN format('%s consecutive deliveries dead (last: %s)', s.consecutive_failures + 1, $5::text)
+        ELSE s.disabled_reason END,
+      updated_at = now()
+  FROM d WHERE s.id = d.subscription_id
+  RETURNING s.enabled, s.consecutive_failures, coalesce(s.disabled_reason, '')
+)
+SELECT (SELECT count(*) FROM d), coalesce((SELECT enabled FROM s), true),
+       coalesce((SELECT consecutive_failures FROM s), 0), coalesce((SELECT disabled_reason FROM s), '')`
+
+// reviveSQL: dead → pending with attempts reset (the operator has just fixed
+// the endpoint; one attempt left would make the button useless). Revived rows
+// keep their seq, so they go out in their original order.
+const reviveSQL = `
+UPDATE bridge.deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
+WHERE id = ANY($1::bigint[]) AND status = 'dead'
+RETURNING id`
+
+const reviveSubscriptionSQL = `
+UPDATE bridge.deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
+WHERE subscription_id = $1 AND status = 'dead'
+RETURNING id`
+
+// The log. These queries deliberately leave out payload: the log is
+// the most-run query and must never be a way to read a tenant's history.
+
+// listDeliveriesSQL pages newest first by id ($5: the last id of the previous
+// page, NULL for the first).
+const listDeliveriesSQL = `
+SELECT d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
+       d.status, d.attempts, d.next_attempt_at, d.lease_expires_at, coalesce(d.claimed_by, ''), coalesce(d.last_error, ''),
+       d.last_status_code, d.created_at, d.event_created_at, d.delivered_at, d.dead_at, d.revived_at
+FROM bridge.deliveries d
+WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
+  AND ($2::text IS NULL OR d.status = $2)
+  AND ($3::text IS NULL OR d.asset_id IS NOT DISTINCT FROM nullif($3, ''))
+  AND ($5::bigint IS NULL OR d.id < $5)
+ORDER BY d.id DESC
+LIMIT $4`
+
+const getDeliverySQL = `SELECT d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
+       d.status, d.attempts, d.next_attempt_at, d.lease_expires_at, coalesce(d.claimed_by, ''), coalesce(d.last_error, ''),
+       d.last_status_code, d.created_at, d.event_created_at, d.delivered_at, d.dead_at, d.revived_at FROM bridge.deliveries d WHERE d.id = $1`
+
+// getPayloadSQL is the one deliberate way to read a payload
+// (`bridge deliveries show ID --payload`).
+const getPayloadSQL = `SELECT payload::text FROM bridge.deliveries WHERE id = $1`
+
+const deliveryExistsSQL = `SELECT EXISTS (SELECT 1 FROM bridge.deliveries WHERE id = $1)`
+
+// bridge.delivery_attempts -------------------------------------------------------
+
+const listAttemptsSQL = `
+SELECT attempt, started_at, duration_ms, status_code, coalesce(error, ''), coalesce(response_body, ''), coalesce(trace_id, '')
+FROM bridge.delivery_attempts
+WHERE delivery_id = $1
+ORDER BY attempt, id`
