@@ -1,0 +1,166 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Delivery attempt outcomes.
+const (
+	OutcomeDelivered = "delivered" // 2xx: done
+	OutcomeRetry     = "retry"     // failed; scheduled again
+	OutcomeDead      = "dead"      // failed for the last time (or 410 Gone)
+)
+
+type deliveryInstruments struct {
+	attempts metric.Int64Counter
+	duration metric.Float64Histogram
+	disabled metric.Int64Counter
+}
+
+func (d *deliveryInstruments) init(m metric.Meter) error {
+	var errs [3]error
+	d.attempts, errs[0] = m.Int64Counter("bridge.delivery.attempts",
+		metric.WithDescription("Webhook HTTP attempts by outcome (delivered, retry, dead) and status_class (2xx…5xx, none when no response arrived)."),
+		metric.WithUnit("{attempt}"))
+	d.duration, errs[1] = m.Float64Histogram("bridge.delivery.attempt_duration",
+		metric.WithDescription("Duration of one webhook HTTP attempt, by outcome."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(attemptBuckets...))
+	d.disabled, errs[2] = m.Int64Counter("bridge.subscriptions.disabled",
+		metric.WithDescription("Subscriptions disabled by the deliverer (WEBHOOK_DISABLE_AFTER consecutive dead deliveries, or 410 Gone)."),
+		metric.WithUnit("{subscription}"))
+	return errors.Join(errs[:]...)
+}
+
+// StatusClass maps an HTTP status code to "2xx"…"5xx", or "none" when no
+// response arrived (timeout, refused connection, blocked address).
+func StatusClass(code int) string {
+	if code < 100 || code > 599 {
+		return "none"
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
+
+// Deliveries records what the delivery engine does. Its methods are the
+// hook the webhook Deliverer reports through (see docs/observability.md).
+type Deliveries struct{ m *Metrics }
+
+// Deliveries returns the delivery hook recording into m.
+func (m *Metrics) Deliveries() Deliveries { return Deliveries{m: m} }
+
+// Attempt records one HTTP attempt: its status code (0: no response), its
+// duration and its outcome (OutcomeDelivered, OutcomeRetry, OutcomeDead).
+func (d Deliveries) Attempt(statusCode int, duration time.Duration, outcome string) {
+	ctx := context.Background()
+	d.m.delivery.attempts.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("outcome", outcome), attribute.String("status_class", StatusClass(statusCode))))
+	d.m.delivery.duration.Record(ctx, max(duration, 0).Seconds(), metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
+// SubscriptionDisabled records a subscription disabled by the deliverer.
+func (d Deliveries) SubscriptionDisabled() {
+	d.m.delivery.disabled.Add(context.Background(), 1)
+}
+
+// deliveryStats is one read of the delivery tables.
+type deliveryStats struct {
+	byStatus             map[string]int64
+	enabled, disabled    int64
+	oldestBySubscription map[string]float64
+}
+
+func readDeliveryStats(ctx context.Context, pool *pgxpool.Pool) (deliveryStats, error) {
+	st := deliveryStats{
+		byStatus:             map[string]int64{"pending": 0, "delivering": 0, "delivered": 0, "dead": 0},
+		oldestBySubscription: map[string]float64{},
+	}
+	rows, err := pool.Query(ctx, deliveriesByStatusSQL)
+	if err != nil {
+		return st, fmt.Errorf("count deliveries: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("count deliveries: %w", err)
+		}
+		st.byStatus[s] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("count deliveries: %w", err)
+	}
+	if err := pool.QueryRow(ctx, subscriptionsByStateSQL).Scan(&st.enabled, &st.disabled); err != nil {
+		return st, fmt.Errorf("count subscriptions: %w", err)
+	}
+	rows, err = pool.Query(ctx, oldestOpenDeliverySQL)
+	if err != nil {
+		return st, fmt.Errorf("oldest open delivery: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var age *float64
+		if err := rows.Scan(&id, &age); err != nil {
+			return st, fmt.Errorf("oldest open delivery: %w", err)
+		}
+		st.oldestBySubscription[id] = 0
+		if age != nil {
+			st.oldestBySubscription[id] = max(*age, 0)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("oldest open delivery: %w", err)
+	}
+	return st, nil
+}
+
+// ObserveDeliveries registers the delivery gauges (deliveries by status,
+// subscriptions by state, the oldest open delivery's age per subscription),
+// read at most once per refresh interval. The returned function unregisters
+// them.
+func (m *Metrics) ObserveDeliveries(pool *pgxpool.Pool) (func() error, error) {
+	byStatus, err1 := m.meter.Int64ObservableGauge("bridge.deliveries",
+		metric.WithDescription("Rows in bridge.deliveries by status (pending, delivering, delivered, dead)."),
+		metric.WithUnit("{delivery}"))
+	subs, err2 := m.meter.Int64ObservableGauge("bridge.subscriptions",
+		metric.WithDescription("Subscriptions by state (enabled, disabled)."),
+		metric.WithUnit("{subscription}"))
+	oldest, err3 := m.meter.Float64ObservableGauge("bridge.delivery.oldest_pending_age",
+		metric.WithDescription("Per subscription, age of its oldest delivery still pending or in flight (0 when none): how far behind that endpoint is."),
+		metric.WithUnit("s"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("create delivery gauges: %w", err)
+	}
+	stats := newCached("deliveries", m.every, func(ctx context.Context) (deliveryStats, error) {
+		return readDeliveryStats(ctx, pool)
+	}, m.onRefreshError)
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		st, ok := stats.get(ctx)
+		if !ok {
+			return nil
+		}
+		for s, n := range st.byStatus {
+			o.ObserveInt64(byStatus, n, metric.WithAttributes(attribute.String("status", s)))
+		}
+		o.ObserveInt64(subs, st.enabled, metric.WithAttributes(attribute.String("state", "enabled")))
+		o.ObserveInt64(subs, st.disabled, metric.WithAttributes(attribute.String("state", "disabled")))
+		for id, age := range st.oldestBySubscription {
+			o.ObserveFloat64(oldest, age, metric.WithAttributes(attribute.String("subscription_id", id)))
+		}
+		return nil
+	}, byStatus, subs, oldest)
+	if err != nil {
+		return nil, fmt.Errorf("register delivery gauges: %w", err)
+	}
+	return reg.Unregister, nil
+}
