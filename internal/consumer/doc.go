@@ -1,0 +1,82 @@
+// Package consumer is `bridge consume`: a Kafka consumer group that turns each
+// record into one bridge.deliveries row per matching subscription, exactly
+// once, keeping Kafka's partition order (and so each asset's order) in the
+// deliveries' seq.
+//
+// # Exactly once into PostgreSQL
+//
+// Kafka gives the consumer at-least-once: a record comes again after a crash
+// before the offset commit, after a rebalance, and whenever the relay produced
+// it twice (same dedup-id). For each polled batch the consumer runs ONE
+// transaction that
+//
+//  1. inserts every record's dedup id into bridge.consumer_inbox with
+//     ON CONFLICT DO NOTHING — a conflict means an earlier transaction already
+//     turned that record into deliveries, so it gets none now;
+//  2. for the records that were new, inserts one delivery per matching enabled
+//     subscription, in record order, so the bigserial seq follows partition
+//     order;
+//
+// and commits the Kafka offsets of the batch only after that transaction has
+// committed (and after any dead-lettered record of the batch was acknowledged
+// by the broker). A crash anywhere before the offset commit only causes a
+// redelivery, which the inbox turns into a no-op; a crash after it loses
+// nothing, because the deliveries were already committed. Offsets never run
+// ahead of the database. Records that carry no dedup-id (foreign producers)
+// are identified by "topic/partition/offset", which is stable across
+// redeliveries of the same record.
+//
+// # Why manual commits with BlockRebalanceOnPoll
+//
+// The client runs with kgo.DisableAutoCommit and kgo.BlockRebalanceOnPoll
+// (franz-go examples/group_committing). Without the block, this sequence is
+// possible:
+//
+//  1. member A polls offsets 100..199 of partition 3 and starts its transaction;
+//  2. member B joins; the group rebalances and gives partition 3 to B, whose
+//     committed offset is still 100;
+//  3. B polls 100..199 too and starts its own transaction while A's is open;
+//  4. A commits its transaction, then commits offset 200 for a partition it no
+//     longer owns (the commit can even land after B's, rewinding B).
+//
+// The inbox keeps step 3 from creating duplicate deliveries (B's inserts wait
+// for A's and then conflict), but the same records are processed twice, B may
+// run ahead of A's uncommitted rows, and A can rewind B's commit so a later
+// rebalance replays even more. With BlockRebalanceOnPoll the rebalance in step
+// 2 cannot start while A holds polled records: A finishes its transaction,
+// commits the offsets of partitions it still owns, and only then calls
+// AllowRebalance, after which the partition moves with its commit at 200. B
+// starts exactly where A stopped: nothing is lost and nothing is processed
+// twice.
+//
+// The price is that a batch must finish within the group's rebalance timeout
+// (default 60s); CONSUMER_MAX_POLL_RECORDS bounds a batch. If PostgreSQL is
+// down longer than that, the member is removed from the group while it
+// retries; its late offset commit then fails, is logged and counted, and the
+// records' new owner finds them in the inbox — still exactly once.
+//
+// The alternative, storing offsets in PostgreSQL in the same transaction and
+// seeking to them on assignment, would also work but makes the offsets
+// invisible to Kafka tooling (lag, kafka-consumer-groups); keeping them in
+// Kafka keeps the standard lag metrics meaningful.
+//
+// # Records that cannot be processed
+//
+// A record whose value is not JSON (or not UTF-8), whose headers cannot be read
+// (a non-numeric asset-seq, a header or key that is not UTF-8 text, no
+// event-type), or whose payload PostgreSQL rejects (a \u0000 escape in jsonb)
+// is produced to "<topic>.dlq" with its original key, value, headers and
+// timestamp plus a dlq-reason header (and dlq-topic, dlq-partition,
+// dlq-offset), and counted in Stats.DeadLettered. It never enters the inbox.
+// The dead-letter produce is acknowledged before the batch's offsets are
+// committed, so a crash in between produces the dead letter again on
+// redelivery instead of losing it; the partition never stalls on one record.
+//
+// # Tracing
+//
+// Each record gets a CONSUMER span "process <topic>" whose parent is the
+// record's traceparent header; the span's context is stored on the record's
+// deliveries, so the webhook request continues the trace. When the span is not
+// recording (no SDK, or not sampled), the header's own traceparent is stored
+// instead, so the trace continues even without an exporter.
+package consumer

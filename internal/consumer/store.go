@@ -1,0 +1,231 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// subscription is one row of bridge.subscriptions as the router sees it.
+type subscription struct {
+	id     string
+	filter Filter
+}
+
+// outcome is what storing did with one event; applied to the events only
+// after the transaction committed, so a retried batch starts clean.
+type outcome struct {
+	fresh      bool
+	deliveries int
+	rejected   string // PostgreSQL refused the record: dead-letter it
+}
+
+// queryer is what both a transaction and a savepoint offer.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// store writes the batch's good events in one transaction. If PostgreSQL
+// rejects the data of some record (class 22, e.g. a \u0000 escape jsonb
+// refuses), the batch is stored again record by record, so only the
+// offending record is dead-lettered and its neighbours go through.
+func (c *Consumer) store(ctx context.Context, evs []*event) error {
+	outs, err := c.storeBatch(ctx, evs)
+	if isDataException(err) {
+		c.logger.WarnContext(ctx, "PostgreSQL rejected a record of the batch; storing record by record to isolate it",
+			"err", err, "records", len(evs))
+		outs, err = c.storeIsolated(ctx, evs)
+	}
+	if err != nil {
+		return err
+	}
+	for i, ev := range evs {
+		ev.duplicate = !outs[i].fresh && outs[i].rejected == ""
+		ev.deliveries = outs[i].deliveries
+		if outs[i].rejected != "" {
+			ev.badReason = outs[i].rejected
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) storeBatch(ctx context.Context, evs []*event) ([]outcome, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin batch transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	subs, err := loadSubscriptions(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]outcome, len(evs))
+	if err := insertEvents(ctx, tx, evs, outs, subs); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit batch transaction: %w", err)
+	}
+	return outs, nil
+}
+
+// storeIsolated stores each event under its own savepoint, in order, in one
+// transaction. It is the slow path (a round trip per record), taken only
+// after a data error.
+func (c *Consumer) storeIsolated(ctx context.Context, evs []*event) ([]outcome, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin batch transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	subs, err := loadSubscriptions(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]outcome, len(evs))
+	for i, ev := range evs {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("savepoint: %w", err)
+		}
+		err = insertEvents(ctx, sp, evs[i:i+1], outs[i:i+1], subs)
+		if isDataException(err) {
+			if rerr := sp.Rollback(ctx); rerr != nil {
+				return nil, fmt.Errorf("rollback to savepoint: %w", rerr)
+			}
+			outs[i] = outcome{rejected: "PostgreSQL rejected the record: " + pgMessage(err)}
+			c.logger.WarnContext(ctx, "record rejected by PostgreSQL", "dedup_id", ev.dedupID, "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit batch transaction: %w", err)
+	}
+	return outs, nil
+}
+
+func loadSubscriptions(ctx context.Context, q queryer) ([]subscription, error) {
+	rows, err := q.Query(ctx, selectSubscriptions)
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (subscription, error) {
+		var s subscription
+		err := row.Scan(&s.id, &s.filter.Enabled, &s.filter.EventTypes, &s.filter.Topic)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	return subs, nil
+}
+
+// insertEvents records evs in the inbox and writes the deliveries of the ones
+// that were new, filling outs.
+func insertEvents(ctx context.Context, q queryer, evs []*event, outs []outcome, subs []subscription) error {
+	n := len(evs)
+	ids, topics := make([]string, n), make([]string, n)
+	parts, offsets := make([]int32, n), make([]int64, n)
+	for i, ev := range evs {
+		ids[i], topics[i] = ev.dedupID, ev.rec.Topic
+		parts[i], offsets[i] = ev.rec.Partition, ev.rec.Offset
+	}
+	rows, err := q.Query(ctx, insertInbox, ids, topics, parts, offsets)
+	if err != nil {
+		return fmt.Errorf("insert inbox rows: %w", err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("insert inbox rows: %w", err)
+	}
+	fresh := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		fresh[id] = true
+	}
+
+	var d deliveryArrays
+	for i, ev := range evs {
+		if !fresh[ev.dedupID] {
+			continue
+		}
+		outs[i].fresh = true
+		idx := int64(0)
+		for _, s := range subs {
+			if !s.filter.Matches(ev.rec.Topic, ev.eventType) {
+				continue
+			}
+			if idx == 0 {
+				idx = d.addEvent(ev)
+			}
+			d.pairEvent = append(d.pairEvent, idx)
+			d.pairSub = append(d.pairSub, s.id)
+			outs[i].deliveries++
+		}
+	}
+	if len(d.pairEvent) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, insertDeliveries, d.eventID, d.eventType, d.topic, d.assetID, d.assetSeq,
+		d.payload, d.createdAt, d.traceparent, d.tracestate, d.pairEvent, d.pairSub); err != nil {
+		return fmt.Errorf("insert deliveries: %w", err)
+	}
+	return nil
+}
+
+// deliveryArrays are insertDeliveries' parameters: the events that have at
+// least one delivery, and the (event, subscription) pairs in record order.
+type deliveryArrays struct {
+	eventID, eventType, topic, payload []string
+	assetID, traceparent, tracestate   []*string
+	assetSeq                           []*int64
+	createdAt                          []time.Time
+	pairEvent                          []int64 // 1-based index into the event arrays
+	pairSub                            []string
+}
+
+func (d *deliveryArrays) addEvent(ev *event) int64 {
+	d.eventID = append(d.eventID, ev.dedupID)
+	d.eventType = append(d.eventType, ev.eventType)
+	d.topic = append(d.topic, ev.rec.Topic)
+	d.payload = append(d.payload, ev.payload)
+	d.assetID = append(d.assetID, ev.assetID)
+	d.assetSeq = append(d.assetSeq, ev.assetSeq)
+	d.createdAt = append(d.createdAt, ev.createdAt)
+	d.traceparent = append(d.traceparent, nullable(ev.traceparent))
+	d.tracestate = append(d.tracestate, nullable(ev.tracestate))
+	return int64(len(d.eventID))
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// isDataException reports a PostgreSQL error of class 22 (data exception):
+// the record's data is at fault, and retrying the same batch cannot succeed.
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
+}
+
+func pgMessage(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	return err.Error()
+}
