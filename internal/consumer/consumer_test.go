@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
@@ -512,5 +513,54 @@ func TestRebalanceWhenSecondMemberJoinsLosesAndDuplicatesNothing(t *testing.T) {
 		  FROM bridge.deliveries) x
 		WHERE step <> 1`); bad != 0 {
 		t.Errorf("%d deliveries out of asset order", bad)
+	}
+}
+
+func TestShutdownFinishesAndCommitsTheBatchInFlightThenLeavesTheGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.subscribe(t, []string{"*"}, nil, true)
+	var recs []*kgo.Record
+	for i := range 10 {
+		recs = append(recs, b.record("a", "order.created", int64(i+1), `{}`))
+	}
+	b.produce(t, recs...)
+
+	// SIGTERM arrives while the first batch is between its transaction and
+	// its offset commit.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := b.newConsumer(t, func(cfg *Config) { cfg.MaxPollRecords = 4 })
+	var inFlight int
+	c.beforeCommit = func(batch []*kgo.Record) error {
+		if inFlight == 0 {
+			inFlight = len(batch)
+			cancel()
+		}
+		return nil
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("Run = %v on graceful shutdown, want nil", err)
+	}
+	if inFlight == 0 {
+		t.Fatal("no batch was in flight")
+	}
+	if off := b.committed(t); off[0] != int64(inFlight) {
+		t.Errorf("committed offset %d, want %d (the batch in flight, and nothing polled after the signal)", off[0], inFlight)
+	}
+	if n := b.deliveries(t); n != inFlight {
+		t.Errorf("%d deliveries, want %d", n, inFlight)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	groups, err := kadm.NewClient(cl).DescribeGroups(context.Background(), b.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := groups[b.group]; g.State != "Empty" || len(g.Members) != 0 {
+		t.Errorf("group state %q with %d members after Run returned, want Empty (left)", g.State, len(g.Members))
 	}
 }
