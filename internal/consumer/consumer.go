@@ -119,6 +119,14 @@ func cmpLogger(l *slog.Logger) *slog.Logger {
 	return l
 }
 
+// ValidateTopics checks CONSUMER_TOPICS (non-empty, valid regular
+// expressions) without connecting anywhere, so a command can refuse a bad
+// value before it opens the database.
+func ValidateTopics(topics []string) error {
+	_, err := topicOptions(topics)
+	return err
+}
+
 // topicOptions turns CONSUMER_TOPICS into consume options: plain names, or,
 // when any entry starts with "~", regular expressions (plain entries then
 // anchored exactly) that never match a dead-letter topic.

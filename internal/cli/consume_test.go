@@ -1,0 +1,31 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// Not parallel: it sets the process environment the command reads.
+func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
+	for name, tc := range map[string]struct{ topics, want string }{
+		"missing":     {"", "CONSUMER_TOPICS is required"},
+		"blank":       {" , ", "CONSUMER_TOPICS is required"},
+		"bad pattern": {"orders,~assets.(", `CONSUMER_TOPICS="~assets.(" is not a valid regular expression`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Nothing listens on port 1: reaching PostgreSQL or Kafka would
+			// fail with exit 1, so exit 2 proves the check came first.
+			t.Setenv("DATABASE_URL", "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable")
+			t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+			t.Setenv("CONSUMER_TOPICS", tc.topics)
+			var stdout, stderr bytes.Buffer
+			if code := Execute([]string{"consume"}, &stdout, &stderr); code != ExitUsage {
+				t.Fatalf("exit %d (stderr %q), want %d", code, stderr.String(), ExitUsage)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
