@@ -198,3 +198,11 @@ func cmpOr[T comparable](a, b T) T {
 	}
 	return b
 }
+
+// newRedirector answers every request with a 302 to target.
+func newRedirector(t *testing.T, target string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.RedirectHandler(target, http.StatusFound))
+	t.Cleanup(s.Close)
+	return s
+}

@@ -262,7 +262,7 @@ s AS (
         ELSE s.disabled_reason END,
       updated_at = now()
   FROM d WHERE s.id = d.subscription_id
-  RETURNING s.enabled, s.consecutive_failures, coalesce(s.disabled_reason, '')
+  RETURNING s.enabled, s.consecutive_failures, coalesce(s.disabled_reason, '') AS disabled_reason
 )
 SELECT (SELECT count(*) FROM d), coalesce((SELECT enabled FROM s), true),
        coalesce((SELECT consecutive_failures FROM s), 0), coalesce((SELECT disabled_reason FROM s), '')`
