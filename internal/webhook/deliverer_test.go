@@ -451,4 +451,3 @@ func TestLogNeverReturnsPayloads(t *testing.T) {
 		t.Fatalf("Payload (the deliberate way) = %s, %v", p, err)
 	}
 }
-
