@@ -53,9 +53,24 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Logger. nil: discard.
 	Logger *slog.Logger
+	// Metrics is told about every attempt and every disable (the runtime
+	// passes metrics.Deliveries). nil: none.
+	Metrics Metrics
 	// ID names this deliverer in claimed_by. Default: hostname-pid-random.
 	ID string
 }
+
+// Metrics is the hook the Deliverer reports through; metrics.Deliveries
+// implements it. Outcomes are "delivered", "retry" and "dead".
+type Metrics interface {
+	Attempt(statusCode int, duration time.Duration, outcome string)
+	SubscriptionDisabled()
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Attempt(int, time.Duration, string) {}
+func (noMetrics) SubscriptionDisabled()              {}
 
 // ConfigFromEnv maps the WEBHOOK_* settings onto a Deliverer Config.
 func ConfigFromEnv(c config.Webhook) (Config, error) {
@@ -93,6 +108,9 @@ func (c Config) withDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	c.ID = cmp.Or(c.ID, defaultID())
 	return c

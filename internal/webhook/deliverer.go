@@ -267,6 +267,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
 	}
 	if res.success() {
+		d.cfg.Metrics.Attempt(res.status, res.duration, StatusDelivered)
 		current, err := d.store.Complete(bctx, &c, d.cfg.ID, out)
 		switch {
 		case err != nil:
@@ -280,6 +281,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 	}
 	gone := res.status == http.StatusGone
 	if gone || c.Attempts >= d.cfg.maxAttempts() {
+		d.cfg.Metrics.Attempt(res.status, res.duration, StatusDead)
 		r, err := d.store.Dead(bctx, &c, d.cfg.ID, out, d.cfg.DisableAfter, gone)
 		switch {
 		case err != nil:
@@ -289,12 +291,14 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 		default:
 			log.ErrorContext(bctx, "delivery dead; the rows behind it in its stream proceed", "error", out.Error, "status", res.status,
 				"consecutive_dead", r.ConsecutiveFailures)
-			if !r.Enabled {
+			if r.DisabledNow {
+				d.cfg.Metrics.SubscriptionDisabled()
 				log.ErrorContext(bctx, "subscription disabled", "reason", r.DisabledReason)
 			}
 		}
 		return
 	}
+	d.cfg.Metrics.Attempt(res.status, res.duration, "retry")
 	scheduled := d.cfg.RetrySchedule[c.Attempts-1]
 	delay := retryDelay(scheduled, jitter(scheduled), res.retryAfter, res.hasRA)
 	current, err := d.store.Retry(bctx, &c, d.cfg.ID, out, delay)

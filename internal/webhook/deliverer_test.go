@@ -198,7 +198,7 @@ func TestFailureCountMovesOnlyOnDeath(t *testing.T) {
 	}
 	cs = claimOnce(t, b, "w", 1)
 	r, err := b.store.Dead(ctx, &cs[0], "w", fail, 5, false)
-	if err != nil || !r.Current || r.ConsecutiveFailures != 1 || !r.Enabled {
+	if err != nil || !r.Current || r.ConsecutiveFailures != 1 || !r.Enabled || r.DisabledNow {
 		t.Fatalf("dead = %+v, %v; want current, 1 failure, still enabled", r, err)
 	}
 	if st := b.get(t, id).Status; st != StatusDead {
@@ -236,7 +236,8 @@ func TestAutoDisableAtThreshold(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t, func(*received, int) int { return http.StatusInternalServerError })
 	sub := b.createSub(t, rc.URL)
-	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}, DisableAfter: 3})
+	m := &countingMetrics{}
+	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}, DisableAfter: 3, Metrics: m})
 	var ids []int64
 	for i := range 2 {
 		ids = append(ids, b.insert(t, sub.ID, "a", i, `{}`))
@@ -252,6 +253,9 @@ func TestAutoDisableAtThreshold(t *testing.T) {
 	s := b.sub(t, sub.ID)
 	if s.Enabled || s.ConsecutiveFailures != 3 || !strings.Contains(s.DisabledReason, "3 consecutive deliveries dead") || s.DisabledAt == nil {
 		t.Fatalf("after 3 deaths: %+v; want disabled with a reason", s)
+	}
+	if outcomes, disabled := m.snapshot(); outcomes["dead"] != 3 || disabled != 1 {
+		t.Fatalf("metrics saw outcomes %v and %d disables; want 3 dead, 1 disable", outcomes, disabled)
 	}
 	// A disabled subscription's deliveries wait.
 	fourth := b.insert(t, sub.ID, "b", 1, `{}`)

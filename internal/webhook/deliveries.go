@@ -242,6 +242,7 @@ func (s *DeliveryStore) Retry(ctx context.Context, c *Claim, claimedBy string, o
 type DeadResult struct {
 	Current             bool // the claim was still this worker's
 	Enabled             bool
+	DisabledNow         bool // this death disabled the subscription
 	ConsecutiveFailures int
 	DisabledReason      string
 }
@@ -253,7 +254,7 @@ func (s *DeliveryStore) Dead(ctx context.Context, c *Claim, claimedBy string, o 
 	row, br := s.record(ctx, c, o, deadSQL, claimedBy, c.Attempts, statusArg(o.StatusCode), o.Error, disableAfter, gone)
 	var r DeadResult
 	var n int
-	err := row.Scan(&n, &r.Enabled, &r.ConsecutiveFailures, &r.DisabledReason)
+	err := row.Scan(&n, &r.Enabled, &r.ConsecutiveFailures, &r.DisabledReason, &r.DisabledNow)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}

@@ -206,3 +206,35 @@ func newRedirector(t *testing.T, target string) *httptest.Server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// countingMetrics is a Metrics hook that counts what it is told.
+type countingMetrics struct {
+	mu       sync.Mutex
+	outcomes map[string]int
+	disabled int
+}
+
+func (m *countingMetrics) Attempt(_ int, _ time.Duration, outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.outcomes == nil {
+		m.outcomes = map[string]int{}
+	}
+	m.outcomes[outcome]++
+}
+
+func (m *countingMetrics) SubscriptionDisabled() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.disabled++
+}
+
+func (m *countingMetrics) snapshot() (map[string]int, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range m.outcomes {
+		out[k] = v
+	}
+	return out, m.disabled
+}

@@ -239,7 +239,9 @@ SELECT count(*) FROM d`
 // $7). The delivery dies, the rows behind it in its stream proceed, and the
 // subscription's consecutive_failures moves by one; at $6
 // (WEBHOOK_DISABLE_AFTER) or on 410 the subscription is disabled with the
-// reason. The SET expressions read the row's old values.
+// reason. The SET expressions read the row's old values; disabled_now says
+// this statement is the one that disabled it (disabled_at is now(), the
+// transaction's timestamp).
 const deadSQL = `
 WITH d AS (
   UPDATE bridge.deliveries
@@ -262,10 +264,12 @@ s AS (
         ELSE s.disabled_reason END,
       updated_at = now()
   FROM d WHERE s.id = d.subscription_id
-  RETURNING s.enabled, s.consecutive_failures, coalesce(s.disabled_reason, '') AS disabled_reason
+  RETURNING s.enabled, s.consecutive_failures, coalesce(s.disabled_reason, '') AS disabled_reason,
+            s.disabled_at IS NOT DISTINCT FROM now() AS disabled_now
 )
 SELECT (SELECT count(*) FROM d), coalesce((SELECT enabled FROM s), true),
-       coalesce((SELECT consecutive_failures FROM s), 0), coalesce((SELECT disabled_reason FROM s), '')`
+       coalesce((SELECT consecutive_failures FROM s), 0), coalesce((SELECT disabled_reason FROM s), ''),
+       coalesce((SELECT disabled_now FROM s), false)`
 
 // reviveSQL: dead → pending with attempts reset (the operator has just fixed
 // the endpoint; one attempt left would make the button useless). Revived rows
