@@ -32,7 +32,7 @@ type testBundle struct {
 	producer *kgo.Client
 }
 
-func setup(t *testing.T, partitions int32) *testBundle {
+func setup(t testing.TB, partitions int32) *testBundle {
 	t.Helper()
 	db := pgtest.New(t)
 	brokers := kafkatest.RealBrokers(t)
@@ -47,7 +47,7 @@ func setup(t *testing.T, partitions int32) *testBundle {
 
 // newConsumer builds a consumer on the bundle's topic and group; mutate
 // adjusts the config.
-func (b *testBundle) newConsumer(t *testing.T, mutate func(*Config)) *Consumer {
+func (b *testBundle) newConsumer(t testing.TB, mutate func(*Config)) *Consumer {
 	t.Helper()
 	cfg := Config{
 		Group:          b.group,
@@ -68,7 +68,7 @@ func (b *testBundle) newConsumer(t *testing.T, mutate func(*Config)) *Consumer {
 
 // start runs c until the returned stop is called (or the test ends) and
 // returns what Run returned. done is closed when Run returns by itself.
-func start(t *testing.T, c *Consumer) (stop func() error, done <-chan struct{}) {
+func start(t testing.TB, c *Consumer) (stop func() error, done <-chan struct{}) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan struct{})
@@ -99,7 +99,7 @@ func start(t *testing.T, c *Consumer) (stop func() error, done <-chan struct{}) 
 }
 
 // subscribe inserts a subscription with plain SQL and returns its id.
-func (b *testBundle) subscribe(t *testing.T, eventTypes []string, topic *string, enabled bool) string {
+func (b *testBundle) subscribe(t testing.TB, eventTypes []string, topic *string, enabled bool) string {
 	t.Helper()
 	var id string
 	err := b.db.Pool.QueryRow(context.Background(),
@@ -129,7 +129,7 @@ func (b *testBundle) record(asset, eventType string, assetSeq int64, payload str
 
 // produce writes recs synchronously, failing the test on any error; the
 // records get their partition and offset.
-func (b *testBundle) produce(t *testing.T, recs ...*kgo.Record) {
+func (b *testBundle) produce(t testing.TB, recs ...*kgo.Record) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -139,7 +139,7 @@ func (b *testBundle) produce(t *testing.T, recs ...*kgo.Record) {
 }
 
 // createTopic creates name (for "<topic>.dlq") and deletes it at the end.
-func (b *testBundle) createTopic(t *testing.T, name string, partitions int32) {
+func (b *testBundle) createTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
 	if err != nil {
@@ -175,7 +175,7 @@ func header(r *kgo.Record, key string) (string, bool) {
 
 // waitFor polls cond until it holds or timeout passes; cond describes the
 // state it saw, for the failure message.
-func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -190,7 +190,7 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	}
 }
 
-func (b *testBundle) count(t *testing.T, query string, args ...any) int {
+func (b *testBundle) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := b.db.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
@@ -199,13 +199,13 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-func (b *testBundle) deliveries(t *testing.T) int {
+func (b *testBundle) deliveries(t testing.TB) int {
 	t.Helper()
 	return b.count(t, `SELECT count(*) FROM bridge.deliveries`)
 }
 
 // waitDeliveries waits until exactly want deliveries exist (failing on more).
-func (b *testBundle) waitDeliveries(t *testing.T, want int, timeout time.Duration) {
+func (b *testBundle) waitDeliveries(t testing.TB, want int, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, func() (bool, string) {
 		n := b.deliveries(t)
@@ -217,7 +217,7 @@ func (b *testBundle) waitDeliveries(t *testing.T, want int, timeout time.Duratio
 }
 
 // committed returns the group's committed offsets for the bundle's topic.
-func (b *testBundle) committed(t *testing.T) map[int32]int64 {
+func (b *testBundle) committed(t testing.TB) map[int32]int64 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
 	if err != nil {
