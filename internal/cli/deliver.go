@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/webhook"
+)
+
+func init() { register(newDeliverCmd) }
+
+func newDeliverCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "deliver",
+		GroupID: groupRun,
+		Short:   "Send webhook deliveries: per-(subscription, asset) order, retries, dead letters, auto-disable",
+		Long: `deliver claims pending deliveries from PostgreSQL — at most one in flight per
+(subscription, asset), in seq order — and POSTs them with Standard Webhooks
+signatures and the event's traceparent. Failures are retried on
+WEBHOOK_RETRY_SCHEDULE (±20% jitter), then the delivery is dead and the ones
+behind it proceed; WEBHOOK_DISABLE_AFTER consecutive deaths (or one 410 Gone)
+disable the subscription. Run as many replicas as you like.
+
+SIGTERM stops claiming, lets requests in flight finish for a few seconds, and
+gives back the rest without charging an attempt. A second signal exits at once;
+claims left behind return after WEBHOOK_LEASE.
+
+Needs DATABASE_URL (migrated schema). Private, loopback and link-local
+destinations are refused unless listed in WEBHOOK_ALLOWED_CIDRS.`,
+		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable bridge deliver
+
+  # local demo receiver on this machine
+  WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8 WEBHOOK_ALLOW_HTTP=true WEBHOOK_WORKERS=64 bridge deliver`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(config.Needs{Database: true})
+			if err != nil {
+				return err
+			}
+			rt, err := startRuntime(cmd.Context(), cfg, serviceDeliver)
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			d, err := newDeliverer(cfg, rt)
+			if err != nil {
+				return err
+			}
+			return d.Run(cmd.Context())
+		},
+	}
+}
+
+// newDeliverer builds the webhook Deliverer from WEBHOOK_* and the shared
+// runtime (pool, logger, tracer provider, metrics); `bridge run` uses it too.
+func newDeliverer(cfg *config.Config, rt *runtime) (*webhook.Deliverer, error) {
+	dc, err := webhook.ConfigFromEnv(cfg.Webhook)
+	if err != nil {
+		return nil, err
+	}
+	dc.Logger = rt.Logger
+	dc.TracerProvider = rt.TracerProvider
+	dc.Metrics = rt.DeliveryMetrics
+	return webhook.NewDeliverer(rt.Pool, dc)
+}

@@ -1,0 +1,348 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/webhook"
+)
+
+func init() { register(newDeliveriesCmd) }
+
+func newDeliveriesCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "deliveries",
+		Aliases: []string{"delivery"},
+		GroupID: groupOperate,
+		Short:   "The delivery log: list, attempts, show, revive dead deliveries",
+		Long: `Every webhook delivery and each of its HTTP attempts (time, duration, status,
+error, first 1 KiB of the response). The log never shows payloads; only
+'show ID --payload' does, on purpose.`,
+		Example: `  bridge deliveries list --subscription 3f0c6a52-… --status dead
+  bridge deliveries attempts 1234
+  bridge deliveries revive --subscription 3f0c6a52-… --dead`,
+	}
+	c.AddCommand(newDeliveriesListCmd(), newDeliveriesAttemptsCmd(), newDeliveriesShowCmd(), newDeliveriesReviveCmd())
+	return c
+}
+
+func newDeliveriesListCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "list [--subscription ID] [--status S] [--asset A] [--limit N] [--after CURSOR]",
+		Short: "List deliveries, newest first, a page at a time (never payloads)",
+		Example: `  bridge deliveries list --status dead
+  bridge deliveries list --subscription 3f0c6a52-… --asset order-42 -o json
+  bridge deliveries list --asset ''          # the null-asset stream
+  bridge deliveries list --after 10234       # next page (cursor printed by the previous one)`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	sub := c.Flags().String("subscription", "", "only this subscription")
+	status := c.Flags().String("status", "", "pending, delivering, delivered or dead")
+	asset := c.Flags().String("asset", "", "only this asset ('' with the flag given: the null asset)")
+	limit := c.Flags().Int("limit", 50, "rows per page (1-1000)")
+	after := c.Flags().String("after", "", "cursor from the previous page")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		p := webhook.ListParams{SubscriptionID: *sub, Status: *status, Limit: *limit, After: *after}
+		if cmd.Flags().Changed("asset") {
+			p.AssetID = asset
+		}
+		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
+			page, err := webhook.NewDeliveryStore(pool).List(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if *out == "json" {
+				if page.Deliveries == nil {
+					page.Deliveries = []webhook.Delivery{}
+				}
+				return printJSON(w, page)
+			}
+			rows := make([][]string, len(page.Deliveries))
+			for i, d := range page.Deliveries {
+				rows[i] = []string{strconv.FormatInt(d.ID, 10), d.SubscriptionID, d.EventType, assetText(d.AssetID),
+					int64Text(d.AssetSeq), d.Status, strconv.Itoa(d.Attempts), intText(d.LastStatusCode),
+					nextText(d), oneLineCut(d.LastError, 60)}
+			}
+			if err := printTable(w, []string{"ID", "SUBSCRIPTION", "TYPE", "ASSET", "ASSET SEQ", "STATUS", "ATTEMPTS", "LAST STATUS", "NEXT", "LAST ERROR"}, rows); err != nil {
+				return err
+			}
+			if page.NextCursor != "" {
+				fmt.Fprintf(w, "\nmore: --after %s\n", page.NextCursor)
+			}
+			return nil
+		})
+	}
+	return c
+}
+
+func parseDeliveryID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, UsageErrorf("delivery id %q is not a positive integer", s)
+	}
+	return id, nil
+}
+
+func newDeliveriesAttemptsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "attempts ID",
+		Short:   "Every HTTP attempt of a delivery: time, duration, status, error, first 1 KiB of the response",
+		Example: `  bridge deliveries attempts 1234 -o json`,
+		Args:    cobra.ExactArgs(1),
+	}
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		id, err := parseDeliveryID(args[0])
+		if err != nil {
+			return err
+		}
+		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
+			as, err := webhook.NewDeliveryStore(pool).Attempts(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if *out == "json" {
+				if as == nil {
+					as = []webhook.Attempt{}
+				}
+				return printJSON(cmd.OutOrStdout(), as)
+			}
+			rows := make([][]string, len(as))
+			for i, a := range as {
+				rows[i] = []string{strconv.Itoa(a.Attempt), a.StartedAt.UTC().Format(time.RFC3339Nano),
+					(time.Duration(a.DurationMS * float64(time.Millisecond))).Round(time.Microsecond).String(),
+					intText(a.StatusCode), oneLineCut(a.Error, 80), oneLineCut(a.ResponseBody, 80)}
+			}
+			return printTable(cmd.OutOrStdout(), []string{"ATTEMPT", "STARTED", "DURATION", "STATUS", "ERROR", "RESPONSE"}, rows)
+		})
+	}
+	return c
+}
+
+func newDeliveriesShowCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "show ID [--payload]",
+		Short: "Show one delivery; its payload only with --payload",
+		Example: `  bridge deliveries show 1234
+  bridge deliveries show 1234 --payload -o json`,
+		Args: cobra.ExactArgs(1),
+	}
+	out := addOutputFlag(c)
+	withPayload := c.Flags().Bool("payload", false, "also print the payload (the one deliberate way to read it)")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		id, err := parseDeliveryID(args[0])
+		if err != nil {
+			return err
+		}
+		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
+			store := webhook.NewDeliveryStore(pool)
+			d, err := store.Get(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			var payload []byte
+			if *withPayload {
+				if payload, err = store.Payload(cmd.Context(), id); err != nil {
+					return err
+				}
+			}
+			return printDelivery(cmd.OutOrStdout(), *out, d, payload)
+		})
+	}
+	return c
+}
+
+func printDelivery(w io.Writer, format string, d *webhook.Delivery, payload []byte) error {
+	if format == "json" {
+		v := struct {
+			*webhook.Delivery
+			Payload *rawJSON `json:"payload,omitempty"`
+		}{Delivery: d}
+		if payload != nil {
+			p := rawJSON(payload)
+			v.Payload = &p
+		}
+		return printJSON(w, v)
+	}
+	rows := [][]string{
+		{"id", strconv.FormatInt(d.ID, 10)},
+		{"seq", strconv.FormatInt(d.Seq, 10)},
+		{"subscription", d.SubscriptionID},
+		{"event id", d.EventID},
+		{"event type", d.EventType},
+		{"topic", d.Topic},
+		{"asset", assetText(d.AssetID)},
+		{"asset seq", int64Text(d.AssetSeq)},
+		{"status", d.Status},
+		{"attempts", strconv.Itoa(d.Attempts)},
+		{"next attempt", nextText(*d)},
+		{"last status", intText(d.LastStatusCode)},
+		{"last error", orDash(d.LastError)},
+		{"created", d.CreatedAt.UTC().Format(time.RFC3339Nano)},
+		{"event created", d.EventCreatedAt.UTC().Format(time.RFC3339Nano)},
+		{"delivered", timeText(d.DeliveredAt)},
+		{"dead", timeText(d.DeadAt)},
+		{"revived", timeText(d.RevivedAt)},
+	}
+	if d.ClaimedBy != "" {
+		rows = append(rows, []string{"claimed by", d.ClaimedBy}, []string{"lease expires", timeText(d.LeaseExpiresAt)})
+	}
+	if err := printTable(w, []string{"FIELD", "VALUE"}, rows); err != nil {
+		return err
+	}
+	if payload != nil {
+		fmt.Fprintf(w, "\npayload:\n%s\n", payload)
+	}
+	return nil
+}
+
+// rawJSON prints stored JSON as JSON, not as a base64 string.
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+func newDeliveriesReviveCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "revive ID... | --subscription ID --dead",
+		Short: "Put dead deliveries back to pending with attempts reset; they go out in their original order",
+		Example: `  bridge deliveries revive 1234 1240
+  bridge deliveries revive --subscription 3f0c6a52-… --dead`,
+	}
+	out := addOutputFlag(c)
+	sub := c.Flags().String("subscription", "", "revive this subscription's dead deliveries (with --dead)")
+	dead := c.Flags().Bool("dead", false, "with --subscription: every dead delivery of it")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		bySub := cmd.Flags().Changed("subscription")
+		switch {
+		case bySub && len(args) > 0:
+			return UsageErrorf("give delivery ids or --subscription ID --dead, not both")
+		case bySub && !*dead:
+			return UsageErrorf("--subscription needs --dead (revive every dead delivery of the subscription)")
+		case !bySub && *dead:
+			return UsageErrorf("--dead needs --subscription ID")
+		case !bySub && len(args) == 0:
+			return UsageErrorf("give delivery ids, or --subscription ID --dead")
+		}
+		var ids []int64
+		for _, a := range args {
+			id, err := parseDeliveryID(a)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if bySub {
+			if _, err := webhook.ParseID(*sub); err != nil {
+				return usageError{err}
+			}
+		}
+		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			store := webhook.NewDeliveryStore(pool)
+			var revived []int64
+			var err error
+			if bySub {
+				if _, err := subscriptionStore(cfg, pool).Get(cmd.Context(), *sub); err != nil {
+					return err
+				}
+				revived, err = store.ReviveSubscription(cmd.Context(), *sub)
+			} else {
+				revived, err = store.Revive(cmd.Context(), ids)
+			}
+			if err != nil {
+				return err
+			}
+			if revived == nil {
+				revived = []int64{}
+			}
+			w := cmd.OutOrStdout()
+			if *out == "json" {
+				return printJSON(w, map[string]any{"revived": revived})
+			}
+			fmt.Fprintf(w, "revived %d dead deliveries", len(revived))
+			if len(revived) > 0 && len(revived) <= 20 {
+				parts := make([]string, len(revived))
+				for i, id := range revived {
+					parts[i] = strconv.FormatInt(id, 10)
+				}
+				fmt.Fprintf(w, ": %s", strings.Join(parts, " "))
+			}
+			fmt.Fprintln(w)
+			if !bySub && len(revived) < len(ids) {
+				fmt.Fprintf(w, "%d of the ids given were not dead (or do not exist) and were left alone\n", len(ids)-len(revived))
+			}
+			fmt.Fprintln(w, "they are delivered in their original order once their subscription is enabled")
+			return nil
+		})
+	}
+	return c
+}
+
+func assetText(a *string) string {
+	if a == nil {
+		return "(null)"
+	}
+	return *a
+}
+
+func int64Text(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+func intText(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.Itoa(*n)
+}
+
+func timeText(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func nextText(d webhook.Delivery) string {
+	if d.Status != webhook.StatusPending {
+		return "-"
+	}
+	if wait := time.Until(d.NextAttemptAt); wait > 0 {
+		return "in " + wait.Round(time.Second).String()
+	}
+	return "due"
+}
+
+func oneLineCut(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}

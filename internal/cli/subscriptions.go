@@ -1,0 +1,330 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/webhook"
+)
+
+func init() { register(newSubscriptionsCmd) }
+
+// webhookError makes bad input and unknown ids exit 2, with the message
+// naming the field or the id.
+func webhookError(err error) error {
+	var ve *webhook.ValidationError
+	if errors.As(err, &ve) || errors.Is(err, webhook.ErrNotFound) {
+		return usageError{err}
+	}
+	return err
+}
+
+// withWebhookDB loads the configuration, connects, and runs f.
+func withWebhookDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
+	cfg, err := loadConfig(config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	pool, err := openCurrentDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return webhookError(f(cfg, pool))
+}
+
+func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *webhook.SubscriptionStore {
+	return webhook.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
+}
+
+func newSubscriptionsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "subscriptions",
+		Aliases: []string{"subscription", "subs"},
+		GroupID: groupOperate,
+		Short:   "Manage webhook subscriptions: endpoints, event types, signing secrets",
+		Long: `A subscription is an endpoint URL and the event types it receives (exact
+names, "prefix.*" wildcards, or "*"), optionally only from one topic. Each
+request is signed per Standard Webhooks with the subscription's secret
+("whsec_…"), shown once by create and rotate-secret.
+
+URLs must be https unless WEBHOOK_ALLOW_HTTP=true. Where a URL points is
+checked on every attempt, at connect time (see docs/webhooks.md, SSRF).`,
+		Example: `  bridge subscriptions create --url https://crm.example.com/hooks --event-types 'asset.*,order.paid'
+  bridge subscriptions list -o json
+  bridge subscriptions rotate-secret 3f0c…`,
+	}
+	c.AddCommand(newSubCreateCmd(), newSubListCmd(), newSubShowCmd(), newSubUpdateCmd(), newSubRotateCmd(),
+		newSubDisableCmd(), newSubEnableCmd(), newSubDeleteCmd())
+	return c
+}
+
+func newSubCreateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "create --url URL --event-types T[,T...] [--topic T] [--description D]",
+		Short: "Create a subscription; prints its signing secret (the only time it is shown)",
+		Example: `  bridge subscriptions create --url https://crm.example.com/hooks --event-types 'asset.*'
+  bridge subscriptions create --url https://billing.example.com/in --event-types order.paid,order.refunded --topic orders -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	url := c.Flags().String("url", "", "endpoint URL (https; http only with WEBHOOK_ALLOW_HTTP=true)")
+	types := c.Flags().StringSlice("event-types", nil, "comma-separated event types: exact names, prefix.* or *")
+	topic := c.Flags().String("topic", "", "only events from this topic (default: any topic)")
+	desc := c.Flags().String("description", "", "free text for operators")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		in := webhook.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
+		if cmd.Flags().Changed("url") {
+			in.URL = url
+		}
+		if in.URL == nil {
+			return UsageErrorf("--url is required")
+		}
+		if !cmd.Flags().Changed("event-types") {
+			return UsageErrorf("--event-types is required (exact names, prefix.* or *)")
+		}
+		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			sub, err := subscriptionStore(cfg, pool).Create(cmd.Context(), in)
+			if err != nil {
+				return err
+			}
+			return printSubscription(cmd.OutOrStdout(), *out, sub)
+		})
+	}
+	return c
+}
+
+func newSubListCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "list",
+		Short:   "List subscriptions (never their secrets)",
+		Example: `  bridge subscriptions list -o json`,
+		Args:    cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			subs, err := subscriptionStore(cfg, pool).List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if *out == "json" {
+				if subs == nil {
+					subs = []webhook.Subscription{}
+				}
+				return printJSON(cmd.OutOrStdout(), subs)
+			}
+			rows := make([][]string, len(subs))
+			for i, s := range subs {
+				state := "enabled"
+				if !s.Enabled {
+					state = "disabled"
+				}
+				rows[i] = []string{s.ID, s.URL, strings.Join(s.EventTypes, ","), orDash(s.Topic), state,
+					strconv.Itoa(s.ConsecutiveFailures), s.Description}
+			}
+			return printTable(cmd.OutOrStdout(), []string{"ID", "URL", "EVENT TYPES", "TOPIC", "STATE", "DEAD IN A ROW", "DESCRIPTION"}, rows)
+		})
+	}
+	return c
+}
+
+// subIDCmd builds the commands that take one subscription ID.
+func subIDCmd(use, short, example string, run func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error)) (*cobra.Command, *string) {
+	c := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Example: example,
+		Args:    cobra.ExactArgs(1),
+	}
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		if _, err := webhook.ParseID(args[0]); err != nil {
+			return usageError{err}
+		}
+		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			sub, err := run(cmd, subscriptionStore(cfg, pool), args[0])
+			if err != nil {
+				return err
+			}
+			if sub == nil {
+				return nil
+			}
+			return printSubscription(cmd.OutOrStdout(), *out, sub)
+		})
+	}
+	return c, out
+}
+
+func newSubShowCmd() *cobra.Command {
+	c, _ := subIDCmd("show ID", "Show a subscription and its valid secrets (not their values)",
+		`  bridge subscriptions show 3f0c6a52-…  -o json`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			return store.Get(cmd.Context(), id)
+		})
+	return c
+}
+
+func newSubUpdateCmd() *cobra.Command {
+	var url, topic, desc string
+	var types []string
+	c, _ := subIDCmd("update ID [--url URL] [--event-types T,...] [--topic T] [--description D]",
+		"Change a subscription's URL, event types, topic filter or description",
+		`  bridge subscriptions update 3f0c6a52-… --event-types 'asset.*,order.*'
+  bridge subscriptions update 3f0c6a52-… --topic ''   # any topic again`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			var in webhook.SubscriptionInput
+			f := cmd.Flags()
+			if f.Changed("url") {
+				in.URL = &url
+			}
+			if f.Changed("event-types") {
+				in.EventTypes = trimAll(types)
+				if in.EventTypes == nil {
+					in.EventTypes = []string{}
+				}
+			}
+			if f.Changed("topic") {
+				in.Topic = &topic
+			}
+			if f.Changed("description") {
+				in.Description = &desc
+			}
+			if !f.Changed("url") && !f.Changed("event-types") && !f.Changed("topic") && !f.Changed("description") {
+				return nil, UsageErrorf("nothing to update: give --url, --event-types, --topic or --description")
+			}
+			return store.Update(cmd.Context(), id, in)
+		})
+	c.Flags().StringVar(&url, "url", "", "new endpoint URL")
+	c.Flags().StringSliceVar(&types, "event-types", nil, "new event types (replaces the list)")
+	c.Flags().StringVar(&topic, "topic", "", "new topic filter; empty: any topic")
+	c.Flags().StringVar(&desc, "description", "", "new description")
+	return c
+}
+
+func newSubRotateCmd() *cobra.Command {
+	c, _ := subIDCmd("rotate-secret ID",
+		"Create a new signing secret; the previous one keeps signing for WEBHOOK_SECRET_GRACE",
+		`  bridge subscriptions rotate-secret 3f0c6a52-…
+  WEBHOOK_SECRET_GRACE=1h bridge subscriptions rotate-secret 3f0c6a52-… -o json`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			return store.RotateSecret(cmd.Context(), id)
+		})
+	return c
+}
+
+func newSubDisableCmd() *cobra.Command {
+	var reason string
+	c, _ := subIDCmd("disable ID [--reason TEXT]", "Stop delivering to a subscription (its deliveries wait, pending)",
+		`  bridge subscriptions disable 3f0c6a52-… --reason "endpoint migration"`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			return store.Disable(cmd.Context(), id, reason)
+		})
+	c.Flags().StringVar(&reason, "reason", "", "why (shown by show and list)")
+	return c
+}
+
+func newSubEnableCmd() *cobra.Command {
+	c, _ := subIDCmd("enable ID", "Resume delivering to a subscription and reset its failure count",
+		`  bridge subscriptions enable 3f0c6a52-…
+  bridge deliveries revive --subscription 3f0c6a52-… --dead   # then retry what died`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			return store.Enable(cmd.Context(), id)
+		})
+	return c
+}
+
+func newSubDeleteCmd() *cobra.Command {
+	var out *string
+	var c *cobra.Command
+	c, out = subIDCmd("delete ID", "Delete a subscription with its secrets, deliveries and attempt log",
+		`  bridge subscriptions delete 3f0c6a52-…`,
+		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
+			if err := store.Delete(cmd.Context(), id); err != nil {
+				return nil, err
+			}
+			id, _ = webhook.ParseID(id)
+			if *out == "json" {
+				return nil, printJSON(cmd.OutOrStdout(), map[string]any{"id": id, "deleted": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted subscription %s\n", id)
+			return nil, nil
+		})
+	return c
+}
+
+func printSubscription(w io.Writer, format string, s *webhook.Subscription) error {
+	if format == "json" {
+		return printJSON(w, s)
+	}
+	state := "enabled"
+	if !s.Enabled {
+		state = "disabled"
+		if s.DisabledReason != "" {
+			state += ": " + s.DisabledReason
+		}
+		if s.DisabledAt != nil {
+			state += " (since " + s.DisabledAt.UTC().Format(time.RFC3339) + ")"
+		}
+	}
+	rows := [][]string{
+		{"id", s.ID},
+		{"url", s.URL},
+		{"event types", strings.Join(s.EventTypes, ",")},
+		{"topic", orDash(s.Topic)},
+		{"description", orDash(s.Description)},
+		{"state", state},
+		{"dead in a row", strconv.Itoa(s.ConsecutiveFailures)},
+		{"created", s.CreatedAt.UTC().Format(time.RFC3339)},
+	}
+	for _, sec := range s.Secrets {
+		v := "current, since " + sec.CreatedAt.UTC().Format(time.RFC3339)
+		if sec.ExpiresAt != nil {
+			v = "previous, signs until " + sec.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		rows = append(rows, []string{"secret #" + strconv.FormatInt(sec.ID, 10), v})
+	}
+	if s.Secret != "" {
+		rows = append(rows, []string{"secret", s.Secret})
+	}
+	if err := printTable(w, []string{"FIELD", "VALUE"}, rows); err != nil {
+		return err
+	}
+	if s.Secret != "" {
+		fmt.Fprintln(w, "\nStore the secret now: it is not shown again. Verify requests with it (docs/webhooks.md).")
+	}
+	return nil
+}
+
+func trimAll(xs []string) []string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, strings.TrimSpace(x))
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
