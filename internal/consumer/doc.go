@@ -32,22 +32,27 @@
 // (franz-go examples/group_committing). Without the block, this sequence is
 // possible:
 //
-//  1. member A polls offsets 100..199 of partition 3 and starts its transaction;
-//  2. member B joins; the group rebalances and gives partition 3 to B, whose
-//     committed offset is still 100;
-//  3. B polls 100..199 too and starts its own transaction while A's is open;
+//  1. member A polls offsets 100..199 of partition 3 and starts its
+//     transaction;
+//  2. member B joins; the group rebalances while A is still working, and
+//     partition 3 moves to B with the committed offset still at 100;
+//  3. B polls 100..199 again; its inbox inserts wait for A's open transaction
+//     and then conflict, so B adds no deliveries — but it has processed (and
+//     fetched, traced, counted) the whole batch a second time;
 //  4. A commits its transaction, then commits offset 200 for a partition it no
-//     longer owns (the commit can even land after B's, rewinding B).
+//     longer owns; if that commit lands after B has already committed 260, it
+//     rewinds B, and the next rebalance replays 200..259 once more.
 //
-// The inbox keeps step 3 from creating duplicate deliveries (B's inserts wait
-// for A's and then conflict), but the same records are processed twice, B may
-// run ahead of A's uncommitted rows, and A can rewind B's commit so a later
-// rebalance replays even more. With BlockRebalanceOnPoll the rebalance in step
-// 2 cannot start while A holds polled records: A finishes its transaction,
-// commits the offsets of partitions it still owns, and only then calls
-// AllowRebalance, after which the partition moves with its commit at 200. B
-// starts exactly where A stopped: nothing is lost and nothing is processed
-// twice.
+// The inbox keeps every one of these replays from creating a delivery, but the
+// replays are real work, and they grow with batch size and rebalance
+// frequency (a rolling deploy rebalances once per replica). With
+// BlockRebalanceOnPoll the rebalance of step 2 cannot start while A holds
+// polled records: A finishes its transaction, commits the offsets of the
+// partitions it still owns (CommitRecords, exactly the records it processed),
+// and only then calls AllowRebalance, after which the partition moves with its
+// commit at 200. B starts exactly where A stopped: nothing is lost and nothing
+// is processed twice (TestRebalanceWhenSecondMemberJoinsLosesAndDuplicatesNothing
+// lands the rebalance in that window and asserts zero duplicates).
 //
 // The price is that a batch must finish within the group's rebalance timeout
 // (default 60s); CONSUMER_MAX_POLL_RECORDS bounds a batch. If PostgreSQL is
