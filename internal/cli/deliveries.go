@@ -338,8 +338,8 @@ func nextText(d webhook.Delivery) string {
 
 func oneLineCut(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n] + "…"
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n]) + "…"
 	}
 	if s == "" {
 		return "-"

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestDeliveriesCLILogNeverPrintsPayloads(t *testing.T) {
+	db := webhookCLIEnv(t)
+	ctx := context.Background()
+	const marker = "PAYLOAD-MARKER-c41d"
+	var sub string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	err := db.Pool.QueryRow(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at,
+  status, attempts, dead_at, last_error, last_status_code)
+VALUES ($1, 'evt-1', 'asset.updated', 'assets', 'a1', 1, jsonb_build_object('secret', $2::text), now(),
+  'dead', 1, now(), 'HTTP 500 Internal Server Error', 500) RETURNING id`, sub, marker).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO bridge.delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)
+VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exploded')`, id); err != nil {
+		t.Fatal(err)
+	}
+	ids := strconv.FormatInt(id, 10)
+	for _, args := range [][]string{
+		{"deliveries", "list"}, {"deliveries", "list", "-o", "json"},
+		{"deliveries", "list", "--subscription", sub, "--status", "dead", "--asset", "a1"},
+		{"deliveries", "attempts", ids}, {"deliveries", "attempts", ids, "-o", "json"},
+		{"deliveries", "show", ids}, {"deliveries", "show", ids, "-o", "json"},
+	} {
+		out := mustRunBridge(t, args...)
+		if strings.Contains(out, marker) {
+			t.Errorf("bridge %s printed the payload:\n%s", strings.Join(args, " "), out)
+		}
+		if !strings.Contains(out, "500") {
+			t.Errorf("bridge %s does not show the attempt's status:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if out := mustRunBridge(t, "deliveries", "attempts", ids); !strings.Contains(out, "upstream exploded") {
+		t.Errorf("attempts does not show the response body:\n%s", out)
+	}
+	for _, args := range [][]string{{"deliveries", "show", ids, "--payload"}, {"deliveries", "show", ids, "--payload", "-o", "json"}} {
+		if out := mustRunBridge(t, args...); !strings.Contains(out, marker) {
+			t.Errorf("bridge %s does not print the payload:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	// The null-asset filter and paging.
+	var page struct {
+		Deliveries []json.RawMessage `json:"deliveries"`
+		NextCursor string            `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(mustRunBridge(t, "deliveries", "list", "--asset", "", "-o", "json")), &page); err != nil || len(page.Deliveries) != 0 {
+		t.Fatalf("null-asset filter returned %d rows (%v)", len(page.Deliveries), err)
+	}
+
+	// Revive by id, then by subscription (nothing left dead).
+	var revived struct{ Revived []int64 }
+	if err := json.Unmarshal([]byte(mustRunBridge(t, "deliveries", "revive", ids, "-o", "json")), &revived); err != nil || len(revived.Revived) != 1 || revived.Revived[0] != id {
+		t.Fatalf("revive = %+v (%v)", revived, err)
+	}
+	var status string
+	var attempts int
+	if err := db.Pool.QueryRow(ctx, `SELECT status, attempts FROM bridge.deliveries WHERE id = $1`, id).Scan(&status, &attempts); err != nil || status != "pending" || attempts != 0 {
+		t.Fatalf("after revive: %s with %d attempts (%v), want pending with 0", status, attempts, err)
+	}
+	if out := mustRunBridge(t, "deliveries", "revive", "--subscription", sub, "--dead"); !strings.Contains(out, "revived 0") {
+		t.Errorf("second revive: %s", out)
+	}
+}
+
+func TestDeliveriesCLIPaging(t *testing.T) {
+	db := webhookCLIEnv(t)
+	ctx := context.Background()
+	var sub string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, payload, event_created_at)
+SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, sub); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	after := ""
+	for range 10 {
+		args := []string{"deliveries", "list", "--limit", "2", "-o", "json"}
+		if after != "" {
+			args = append(args, "--after", after)
+		}
+		var page struct {
+			Deliveries []struct{ ID int64 } `json:"deliveries"`
+			NextCursor string               `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(mustRunBridge(t, args...)), &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range page.Deliveries {
+			if seen[d.ID] {
+				t.Fatalf("delivery %d on two pages", d.ID)
+			}
+			seen[d.ID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		after = page.NextCursor
+	}
+	if len(seen) != 5 {
+		t.Fatalf("paging saw %d deliveries, want 5", len(seen))
+	}
+}
