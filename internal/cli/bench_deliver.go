@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/webhook/deliverbench"
+)
+
+func init() { registerBench(newBenchDeliverCmd) }
+
+func newBenchDeliverCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "deliver [--subscriptions S] [--assets K] [--events N]",
+		Short: "Deliveries/s, insert→received latency, order and peak heap against an in-process receiver",
+		Long: `bench deliver creates a scratch database next to DATABASE_URL's (it needs
+CREATEDB; dropped afterwards), S subscriptions pointing at an in-process
+loopback receiver, and N pending deliveries spread over K assets per
+subscription. It then runs the Deliverer and reports:
+
+  - the drain rate of that backlog (deliveries/s) and the peak Go heap while
+    it is pending (sampled with runtime.ReadMemStats every 20ms);
+  - p50/p99 latency from insert to the receiver, for --live-events inserted at
+    --live-rate while the deliverer runs;
+  - order violations per (subscription, asset) as the receiver saw them
+    (must be 0), duplicates, and rows not delivered;
+  - the ceiling: the same HTTP client and receiver with no database.
+
+WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
+WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
+		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
+  bridge bench deliver --subscriptions 10 --assets 100 --events 100000
+  bridge bench deliver --events 20000 --live-events 5000 --live-rate 1000 -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	subs := c.Flags().Int("subscriptions", 10, "subscriptions (endpoints)")
+	assets := c.Flags().Int("assets", 100, "assets per subscription: streams = subscriptions × assets")
+	events := c.Flags().Int("events", 100000, "pending deliveries inserted before the deliverer starts")
+	live := c.Flags().Int("live-events", 2000, "deliveries inserted while it runs, for latency")
+	rate := c.Flags().Int("live-rate", 500, "live deliveries per second")
+	workers := c.Flags().Int("workers", 0, "WEBHOOK_WORKERS override")
+	conns := c.Flags().Int32("db-conns", 20, "PostgreSQL pool size for the deliverer")
+	keep := c.Flags().Bool("keep-db", false, "do not drop the scratch database")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
+			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
+		}
+		cfg, err := loadConfig(config.Needs{Database: true})
+		if err != nil {
+			return err
+		}
+		logger := newLogger(cfg)
+		dc, err := webhook.ConfigFromEnv(cfg.Webhook)
+		if err != nil {
+			return err
+		}
+		if *workers > 0 {
+			dc.Workers = *workers
+		}
+		ctx := cmd.Context()
+		pool, drop, err := scratchDatabase(ctx, cfg, *conns)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			pool.Close()
+			if !*keep {
+				drop()
+			}
+		}()
+		res, err := deliverbench.Run(ctx, pool, deliverbench.Options{
+			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
+			Deliverer: dc, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		if *out == "json" {
+			return printJSON(w, res)
+		}
+		f := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+		rows := [][]string{
+			{"streams", fmt.Sprintf("%d subscriptions × %d assets", res.Subscriptions, res.Assets)},
+			{"workers", fmt.Sprintf("%d (max %d in flight per subscription)", res.Workers, res.MaxInFlightPerSub)},
+			{"backlog", fmt.Sprintf("%d deliveries (inserted in %.1fs)", res.Events, res.InsertSeconds)},
+			{"drain", fmt.Sprintf("%.1fs", res.DrainSeconds)},
+			{"deliveries/s", f(res.DeliveriesPerSecond)},
+			{"live", fmt.Sprintf("%d at %d/s", res.LiveEvents, res.LiveRate)},
+			{"latency p50 (ms)", f(res.LatencyP50MS)},
+			{"latency p99 (ms)", f(res.LatencyP99MS)},
+			{"latency max (ms)", f(res.LatencyMaxMS)},
+			{"order violations", fmt.Sprint(res.OrderViolations)},
+			{"duplicates", fmt.Sprint(res.Duplicates)},
+			{"not delivered", fmt.Sprint(res.NotDelivered)},
+			{"heap baseline (MiB)", f(res.BaselineHeapMiB)},
+			{"heap peak (MiB)", f(res.PeakHeapMiB)},
+			{"ceiling: HTTP posts/s, no DB", f(res.CeilingPerSecond)},
+		}
+		if err := printTable(w, []string{"MEASURE", "VALUE"}, rows); err != nil {
+			return err
+		}
+		if res.OrderViolations > 0 || res.NotDelivered > 0 {
+			return fmt.Errorf("%d order violations, %d deliveries not delivered", res.OrderViolations, res.NotDelivered)
+		}
+		return nil
+	}
+	return c
+}
+
+// scratchDatabase creates and migrates a database of its own next to
+// DATABASE_URL's, so a benchmark never writes into real subscriptions.
+func scratchDatabase(ctx context.Context, cfg *config.Config, conns int32) (*pgxpool.Pool, func(), error) {
+	admin, err := database.Connect(ctx, cfg.Database)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := fmt.Sprintf("bridge_bench_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("create scratch database %s (the bench needs CREATEDB): %w", name, err)
+	}
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close()
+	}
+	dbc := cfg.Database
+	dbc.URL = withDatabaseName(cfg.Database.URL, name)
+	dbc.MaxConns = conns
+	pool, err := database.Connect(ctx, dbc)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	if _, err := database.Migrate(ctx, pool, nil); err != nil {
+		pool.Close()
+		drop()
+		return nil, nil, err
+	}
+	return pool, drop, nil
+}
+
+// withDatabaseName points a URL or key=value DSN at another database.
+func withDatabaseName(dsn, name string) string {
+	if strings.Contains(dsn, "://") {
+		if u, err := url.Parse(dsn); err == nil {
+			u.Path = "/" + name
+			return u.String()
+		}
+	}
+	return dsn + " dbname=" + name
+}
