@@ -24,7 +24,9 @@ type testBundle struct {
 	store *DeliveryStore
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t *testing.T) *testBundle { return setupB(t) }
+
+func setupB(t testing.TB) *testBundle {
 	t.Helper()
 	db := pgtest.New(t)
 	return &testBundle{

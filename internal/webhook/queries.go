@@ -99,10 +99,15 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // the lock is taken after the first worker committed, PostgreSQL re-checks the
 // locked row's status (EvalPlanQual) and drops it.
 //
-// The null asset is one stream: the coalesce of asset_id to the empty string matches NULL with NULL
-// (as IS NOT DISTINCT FROM would) and is the expression the
-// deliveries_open_by_stream index is built on, so each sibling probe is one
-// index lookup and the claim costs what its batch costs, not the backlog.
+// The second NOT EXISTS (nothing of the stream in flight) matters for a
+// revived row: it reopens in front of a stream whose later row may be in
+// flight right now.
+//
+// The null asset is one stream: the coalesce of asset_id to the empty string
+// matches NULL with NULL (as IS NOT DISTINCT FROM would) and is the expression
+// the deliveries_open_by_stream and deliveries_in_flight_by_stream indexes
+// are built on, so each sibling probe is one index lookup and the claim costs
+// what its batch costs, not the backlog.
 //
 // Fairness: one LATERAL per enabled subscription takes at most its free slots
 // ($2 minus what it has in flight: WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION), and
@@ -126,12 +131,17 @@ WITH heads AS (
         SELECT 1 FROM bridge.deliveries e
         WHERE e.subscription_id = d.subscription_id
           AND coalesce(e.asset_id, '') = coalesce(d.asset_id, '')
-          AND e.status IN ('pending', 'delivering')
-          AND (e.seq < d.seq OR e.status = 'delivering'))
+          AND e.seq < d.seq
+          AND e.status IN ('pending', 'delivering'))
+      AND NOT EXISTS (
+        SELECT 1 FROM bridge.deliveries f
+        WHERE f.subscription_id = d.subscription_id
+          AND coalesce(f.asset_id, '') = coalesce(d.asset_id, '')
+          AND f.status = 'delivering')
     ORDER BY d.seq
     LIMIT least($3::int, greatest(0, $2::int - (
-      SELECT count(*) FROM bridge.deliveries f
-      WHERE f.subscription_id = s.id AND f.status = 'delivering')))
+      SELECT count(*) FROM bridge.deliveries g
+      WHERE g.subscription_id = s.id AND g.status = 'delivering')))
     FOR UPDATE OF d SKIP LOCKED
   ) h
   WHERE s.enabled
