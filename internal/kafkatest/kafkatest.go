@@ -61,7 +61,14 @@ var topicCounter atomic.Int64
 
 // TopicName returns a name no other test uses.
 func TopicName(t testing.TB) string {
-	name := strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		default:
+			return '-'
+		}
+	}, t.Name())
 	if len(name) > 80 {
 		name = name[:80]
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -55,25 +54,36 @@ type runningRelay struct {
 	relay  *Relay
 	client *kgo.Client
 	cancel context.CancelCauseFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned
+	err    error         // Run's result, valid after done
+	once   sync.Once
 }
+
+func (rr *runningRelay) closeClient() { rr.once.Do(rr.client.Close) }
 
 // stop shuts the relay down gracefully and returns Run's error.
 func (rr *runningRelay) stop() error {
 	rr.cancel(nil)
-	err := <-rr.done
-	rr.client.Close()
-	return err
+	<-rr.done
+	rr.closeClient()
+	return rr.err
 }
 
 // crash stops the relay as a killed process would: no lanes released.
 func (rr *runningRelay) crash() {
 	rr.cancel(errSimulatedCrash)
 	<-rr.done
-	rr.client.Close()
+	rr.closeClient()
 }
 
 func (b *testBundle) startRelay(cfg Config, extra ...kgo.Opt) *runningRelay {
+	b.t.Helper()
+	return b.startRelayWithHook(cfg, nil, extra...)
+}
+
+// startRelayWithHook starts a relay whose cycle calls crashAfterProduce
+// between produce and mark.
+func (b *testBundle) startRelayWithHook(cfg Config, crashAfterProduce func() bool, extra ...kgo.Opt) *runningRelay {
 	b.t.Helper()
 	opts := append([]kgo.Opt{kgo.SeedBrokers(b.brokers...)}, ProducerOptions(cfg)...)
 	opts = append(opts, extra...)
@@ -82,18 +92,11 @@ func (b *testBundle) startRelay(cfg Config, extra ...kgo.Opt) *runningRelay {
 		b.t.Fatalf("kafka client: %v", err)
 	}
 	r := New(b.db.Pool, client, cfg)
+	r.testCrashAfterProduce = crashAfterProduce
 	ctx, cancel := context.WithCancelCause(context.Background())
-	rr := &runningRelay{relay: r, client: client, cancel: cancel, done: make(chan error, 1)}
-	go func() { rr.done <- r.Run(ctx) }()
-	b.t.Cleanup(func() {
-		select {
-		case <-rr.done:
-		default:
-			rr.cancel(nil)
-			<-rr.done
-			rr.client.Close()
-		}
-	})
+	rr := &runningRelay{relay: r, client: client, cancel: cancel, done: make(chan struct{})}
+	go func() { rr.err = r.Run(ctx); close(rr.done) }()
+	b.t.Cleanup(func() { _ = rr.stop() })
 	return rr
 }
 
@@ -239,7 +242,3 @@ func byPartition(recs []*kgo.Record) map[int32][]*kgo.Record {
 	return out
 }
 
-var errStop = errors.New("stop")
-
-var _ = sync.Mutex{}
-var _ = errStop

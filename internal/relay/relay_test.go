@@ -373,10 +373,8 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 
 	cfg := fastConfig()
 	cfg.LeaseTimeout = time.Second
-	first := b.startRelay(cfg)
 	var crashed atomic.Bool
-	first.relay.testCrashAfterProduce = func() bool { crashed.Store(true); return true }
-	// The hook is read by the relay goroutine; wait for the crash.
+	first := b.startRelayWithHook(cfg, func() bool { crashed.Store(true); return true })
 	waitFor(t, 20*time.Second, "first relay to crash after producing", func() (bool, string) { return crashed.Load(), "" })
 	first.crash()
 	if r := b.row(ids[0]); r.Status != "NEW" {
