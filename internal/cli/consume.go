@@ -64,5 +64,14 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 	cc := consumer.ConfigFrom(cfg.Consumer)
 	cc.Logger = rt.Logger
 	cc.TracerProvider = rt.TracerProvider
-	return consumer.New(rt.Pool, kopts, cc)
+	c, err := consumer.New(rt.Pool, kopts, cc)
+	if err != nil {
+		return nil, err
+	}
+	// Counters and group lag on /metrics (internal/metrics).
+	if err := rt.ObserveConsumer(c, cc.Group); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
