@@ -142,20 +142,17 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, 
 	return ids, nil
 }
 
-// lockCountersSQL creates any missing counter at 0 and locks all of them in
-// sorted key order. bridge.enqueue then finds them already locked by this
-// transaction.
+// lockCountersSQL locks every asset counter of the batch in sorted key order,
+// creating missing ones at 0, in one statement: INSERT … SELECT … ORDER BY
+// processes rows in that order, and ON CONFLICT DO UPDATE locks an existing
+// row just as the insert locks a new one. bridge.enqueue then finds the
+// counters already locked by this transaction. (Inserting the missing rows
+// and locking the existing ones in two steps would lock out of order and
+// deadlock against a batch doing the same in reverse.)
 const lockCountersSQL = `
-WITH keys AS (SELECT unnest($1::text[]) AS k ORDER BY 1),
-created AS (
-  INSERT INTO bridge.asset_counters (asset_key, last_asset_seq)
-  SELECT k, 0 FROM keys ORDER BY k
-  ON CONFLICT (asset_key) DO NOTHING
-)
-SELECT asset_key FROM bridge.asset_counters
-WHERE asset_key IN (SELECT k FROM keys)
-ORDER BY asset_key
-FOR UPDATE`
+INSERT INTO bridge.asset_counters AS c (asset_key, last_asset_seq)
+SELECT k, 0 FROM unnest($1::text[]) AS k ORDER BY k
+ON CONFLICT (asset_key) DO UPDATE SET last_asset_seq = c.last_asset_seq`
 
 func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
 	headers := ev.Headers
