@@ -360,12 +360,12 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	} else {
 		dbOpts := opts
 		if err := env.ParseWithOptions(&cfg.Database, dbOpts); err != nil && !isOnlyUnset(err) {
-			return nil, describe(err)
+			return nil, describe(err, &cfg.Database)
 		}
 	}
 	for _, p := range parts {
 		if err := env.ParseWithOptions(p, opts); err != nil {
-			return nil, describe(err)
+			return nil, describe(err, p)
 		}
 	}
 	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics)}
@@ -398,8 +398,9 @@ func isOnlyUnset(err error) bool {
 }
 
 // describe turns caarlos0/env's aggregate error into one line naming the
-// first variable at fault.
-func describe(err error) error {
+// first variable at fault; part is the struct being parsed, whose field the
+// parse error names (several components share field names like PollInterval).
+func describe(err error, part any) error {
 	var agg env.AggregateError
 	if errors.As(err, &agg) && len(agg.Errors) > 0 {
 		err = agg.Errors[0]
@@ -414,7 +415,7 @@ func describe(err error) error {
 	}
 	var perr env.ParseError
 	if errors.As(err, &perr) {
-		return fieldError(envNameOf(perr.Name), "", fmt.Sprintf("is not a valid %s: %v", perr.Type, unwrapAll(perr.Err)))
+		return fieldError(envNameOf(reflect.TypeOf(part).Elem(), perr.Name), "", fmt.Sprintf("is not a valid %s: %v", perr.Type, unwrapAll(perr.Err)))
 	}
 	return fmt.Errorf("configuration: %w", err)
 }
@@ -429,14 +430,12 @@ func unwrapAll(err error) error {
 	}
 }
 
-// envNameOf maps a struct field name reported by a parse error to its
+// envNameOf maps a field name of component t reported by a parse error to its
 // environment variable.
-func envNameOf(field string) string {
-	for _, t := range []reflect.Type{reflect.TypeFor[Log](), reflect.TypeFor[Database](), reflect.TypeFor[Kafka](), reflect.TypeFor[HTTP](), reflect.TypeFor[Relay](), reflect.TypeFor[Consumer](), reflect.TypeFor[Webhook]()} {
-		if f, ok := t.FieldByName(field); ok {
-			name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-			return name
-		}
+func envNameOf(t reflect.Type, field string) string {
+	if f, ok := t.FieldByName(field); ok {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		return name
 	}
 	return field
 }
