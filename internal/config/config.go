@@ -360,7 +360,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	} else {
 		dbOpts := opts
 		if err := env.ParseWithOptions(&cfg.Database, dbOpts); err != nil && !isOnlyUnset(err) {
-			return nil, describe(err, &cfg.Database)
+			return nil, describe(withoutUnset(err), &cfg.Database)
 		}
 	}
 	for _, p := range parts {
@@ -395,6 +395,24 @@ func isOnlyUnset(err error) bool {
 		}
 	}
 	return true
+}
+
+// withoutUnset drops "required but not set" errors from an aggregate, so a
+// command that does not need the database reports the malformed variable
+// (DATABASE_CONNECT_TIMEOUT=later) rather than the unset DATABASE_URL.
+func withoutUnset(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	var kept []error
+	for _, e := range agg.Errors {
+		var unset env.VarIsNotSetError
+		if !errors.As(e, &unset) {
+			kept = append(kept, e)
+		}
+	}
+	return env.AggregateError{Errors: kept}
 }
 
 // describe turns caarlos0/env's aggregate error into one line naming the
