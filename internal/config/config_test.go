@@ -1,0 +1,477 @@
+package config_test
+
+import (
+	"encoding/json"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/config"
+)
+
+const validDatabaseURL = "postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable"
+
+// env returns a minimal valid environment plus overrides.
+func env(overrides map[string]string) map[string]string {
+	e := map[string]string{"DATABASE_URL": validDatabaseURL}
+	maps.Copy(e, overrides)
+	return e
+}
+
+// requireConfigError asserts err is a one-line *config.Error naming variable.
+func requireConfigError(t *testing.T, err error, variable string) *config.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Load succeeded, want an error naming %s", variable)
+	}
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %q (%T) is not a *config.Error", err, err)
+	}
+	if ce.Var != variable {
+		t.Errorf("error names %s, want %s (message %q)", ce.Var, variable, err)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, variable) {
+		t.Errorf("message %q does not start with %s", msg, variable)
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("message %q is more than one line", msg)
+	}
+	return ce
+}
+
+func TestLoadMissingDatabaseURLNamesIt(t *testing.T) {
+	t.Parallel()
+	for name, environ := range map[string]map[string]string{
+		"unset": {},
+		"empty": {"DATABASE_URL": ""},
+		"blank": {"DATABASE_URL": "   "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(environ, config.Needs{Database: true})
+			requireConfigError(t, err, "DATABASE_URL")
+		})
+	}
+}
+
+func TestLoadWithoutDatabaseNeedsNoURL(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(map[string]string{}, config.Needs{})
+	if err != nil {
+		t.Fatalf("Load without Needs.Database: %v", err)
+	}
+	if cfg.Database.URL != "" {
+		t.Errorf("Database.URL = %q, want empty", cfg.Database.URL)
+	}
+	// A malformed database variable still fails even when not needed.
+	_, err = config.Load(map[string]string{"DATABASE_CONNECT_TIMEOUT": "later"}, config.Needs{})
+	requireConfigError(t, err, "DATABASE_CONNECT_TIMEOUT")
+}
+
+func TestLoadMalformedValueNamesVariable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		variable, value string
+		needs           config.Needs
+		// wantInMessage is a fragment saying what is wrong.
+		wantInMessage string
+	}{
+		{"RELAY_MAX_ATTEMPTS", "abc", config.Needs{}, "int"},
+		{"RELAY_MAX_ATTEMPTS", "0", config.Needs{}, "at least 1"},
+		{"RELAY_POLL_INTERVAL", "soon", config.Needs{}, "Duration"},
+		{"RELAY_BATCH_SIZE", "-1", config.Needs{}, "between"},
+		{"RELAY_PRODUCE_TIMEOUT", "10ms", config.Needs{}, "at least 1s"},
+		// Webhook and Relay both have a PollInterval field: the error must
+		// name the variable that was actually wrong.
+		{"WEBHOOK_POLL_INTERVAL", "soon", config.Needs{}, "Duration"},
+		{"WEBHOOK_TIMEOUT", "forever", config.Needs{}, "Duration"},
+		{"WEBHOOK_LEASE", "1s", config.Needs{}, "longer than WEBHOOK_TIMEOUT"},
+		{"WEBHOOK_RETRY_SCHEDULE", "5s,banana", config.Needs{}, "banana"},
+		{"WEBHOOK_RETRY_SCHEDULE", "5s,-1s", config.Needs{}, "negative"},
+		{"WEBHOOK_ALLOWED_CIDRS", "notacidr", config.Needs{}, "not a CIDR"},
+		{"WEBHOOK_ALLOWED_CIDRS", "10.0.0.0/8,300.1.1.1/8", config.Needs{}, "not a CIDR"},
+		{"WEBHOOK_ALLOW_HTTP", "maybe", config.Needs{}, "bool"},
+		{"LOG_FORMAT", "xml", config.Needs{}, "text or json"},
+		{"LOG_LEVEL", "loud", config.Needs{}, "debug, info, warn, error"},
+		{"HTTP_ADDR", "8080", config.Needs{}, "host:port"},
+		{"KAFKA_BROKERS", "nohostport", config.Needs{}, "host:port"},
+		{"KAFKA_BROKERS", "127.0.0.1:9092,nohostport", config.Needs{Kafka: true}, "nohostport"},
+		{"KAFKA_BROKERS", "", config.Needs{Kafka: true}, "required"},
+		{"KAFKA_SASL_MECHANISM", "GSSAPI", config.Needs{}, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+		{"KAFKA_TLS", "yes please", config.Needs{}, "bool"},
+		{"CONSUMER_TOPICS", "", config.Needs{Topics: true}, "required"},
+		{"CONSUMER_MAX_POLL_RECORDS", "many", config.Needs{}, "int"},
+		{"DATABASE_URL", "mysql://root@db/app", config.Needs{Database: true}, "postgres://"},
+		{"DATABASE_CONNECT_TIMEOUT", "0s", config.Needs{Database: true}, "positive"},
+		{"DATABASE_MAX_CONNS", "lots", config.Needs{Database: true}, "int"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(env(map[string]string{tt.variable: tt.value}), tt.needs)
+			requireConfigError(t, err, tt.variable)
+			if !strings.Contains(err.Error(), tt.wantInMessage) {
+				t.Errorf("message %q does not say %q", err, tt.wantInMessage)
+			}
+		})
+	}
+}
+
+func TestLoadSASLNeedsCredentials(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load(env(map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN"}), config.Needs{})
+	requireConfigError(t, err, "KAFKA_SASL_USERNAME")
+	_, err = config.Load(env(map[string]string{"KAFKA_TLS_CERT_FILE": "/tmp/cert.pem"}), config.Needs{})
+	requireConfigError(t, err, "KAFKA_TLS_CERT_FILE")
+}
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(env(nil), config.Needs{Database: true})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	got := map[string]any{
+		"LOG_LEVEL":                              cfg.Log.Level,
+		"LOG_FORMAT":                             cfg.Log.Format,
+		"DATABASE_CONNECT_TIMEOUT":               cfg.Database.ConnectTimeout,
+		"DATABASE_MAX_CONNS":                     cfg.Database.MaxConns,
+		"KAFKA_BROKERS":                          len(cfg.Kafka.Brokers),
+		"KAFKA_CLIENT_ID":                        cfg.Kafka.ClientID,
+		"KAFKA_TLS":                              cfg.Kafka.TLS,
+		"KAFKA_SASL_MECHANISM":                   cfg.Kafka.SASLMechanism,
+		"HTTP_ADDR":                              cfg.HTTP.Addr,
+		"ADMIN_TOKEN":                            cfg.HTTP.AdminToken,
+		"RELAY_MAX_ATTEMPTS":                     cfg.Relay.MaxAttempts,
+		"RELAY_BACKOFF_BASE":                     cfg.Relay.BackoffBase,
+		"RELAY_BACKOFF_MAX":                      cfg.Relay.BackoffMax,
+		"RELAY_BATCH_SIZE":                       cfg.Relay.BatchSize,
+		"RELAY_POLL_INTERVAL":                    cfg.Relay.PollInterval,
+		"RELAY_LEASE_TIMEOUT":                    cfg.Relay.LeaseTimeout,
+		"RELAY_PRODUCE_TIMEOUT":                  cfg.Relay.ProduceTimeout,
+		"RELAY_RETENTION":                        cfg.Relay.Retention,
+		"RELAY_MAX_MESSAGE_BYTES":                cfg.Relay.MaxMessageBytes,
+		"CONSUMER_GROUP":                         cfg.Consumer.Group,
+		"CONSUMER_DEDUP_WINDOW":                  cfg.Consumer.DedupWindow,
+		"CONSUMER_MAX_POLL_RECORDS":              cfg.Consumer.MaxPollRecords,
+		"WEBHOOK_RETRY_SCHEDULE":                 cfg.Webhook.RetrySchedule,
+		"WEBHOOK_DISABLE_AFTER":                  cfg.Webhook.DisableAfter,
+		"WEBHOOK_TIMEOUT":                        cfg.Webhook.Timeout,
+		"WEBHOOK_LEASE":                          cfg.Webhook.Lease,
+		"WEBHOOK_ALLOW_HTTP":                     cfg.Webhook.AllowHTTP,
+		"WEBHOOK_SECRET_GRACE":                   cfg.Webhook.SecretGrace,
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": cfg.Webhook.MaxInFlightPerSubscription,
+		"WEBHOOK_WORKERS":                        cfg.Webhook.Workers,
+		"WEBHOOK_POLL_INTERVAL":                  cfg.Webhook.PollInterval,
+	}
+	want := map[string]any{
+		"LOG_LEVEL":                              "info",
+		"LOG_FORMAT":                             "text",
+		"DATABASE_CONNECT_TIMEOUT":               10 * time.Second,
+		"DATABASE_MAX_CONNS":                     int32(10),
+		"KAFKA_BROKERS":                          0,
+		"KAFKA_CLIENT_ID":                        "outbox-bridge",
+		"KAFKA_TLS":                              false,
+		"KAFKA_SASL_MECHANISM":                   "",
+		"HTTP_ADDR":                              "127.0.0.1:8080",
+		"ADMIN_TOKEN":                            "",
+		"RELAY_MAX_ATTEMPTS":                     10,
+		"RELAY_BACKOFF_BASE":                     7 * time.Second,
+		"RELAY_BACKOFF_MAX":                      30 * time.Minute,
+		"RELAY_BATCH_SIZE":                       1000,
+		"RELAY_POLL_INTERVAL":                    time.Second,
+		"RELAY_LEASE_TIMEOUT":                    15 * time.Second,
+		"RELAY_PRODUCE_TIMEOUT":                  30 * time.Second,
+		"RELAY_RETENTION":                        24 * time.Hour,
+		"RELAY_MAX_MESSAGE_BYTES":                1000000,
+		"CONSUMER_GROUP":                         "outbox-bridge",
+		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
+		"CONSUMER_MAX_POLL_RECORDS":              500,
+		"WEBHOOK_RETRY_SCHEDULE":                 []time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
+		"WEBHOOK_DISABLE_AFTER":                  5,
+		"WEBHOOK_TIMEOUT":                        15 * time.Second,
+		"WEBHOOK_LEASE":                          60 * time.Second,
+		"WEBHOOK_ALLOW_HTTP":                     false,
+		"WEBHOOK_SECRET_GRACE":                   24 * time.Hour,
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 8,
+		"WEBHOOK_WORKERS":                        32,
+		"WEBHOOK_POLL_INTERVAL":                  time.Second,
+	}
+	for name, w := range want {
+		g := got[name]
+		if gs, ok := g.([]time.Duration); ok {
+			if !equalDurations(gs, w.([]time.Duration)) {
+				t.Errorf("%s default = %v, want %v", name, gs, w)
+			}
+			continue
+		}
+		if g != w {
+			t.Errorf("%s default = %v (%T), want %v (%T)", name, g, g, w, w)
+		}
+	}
+}
+
+func equalDurations(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDocumentedDefaultsMatchLoad reads config.go's doc comments ("VAR: ...
+// Default X.") and checks every variable the config reads is documented, and
+// that the documented default is what Load returns when the variable is unset.
+func TestDocumentedDefaultsMatchLoad(t *testing.T) {
+	t.Parallel()
+	docs := documentedVars(t)
+	cfg, err := config.Load(env(nil), config.Needs{Database: true})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	effective := map[string]string{}
+	for _, s := range cfg.Settings() {
+		effective[s.Var] = s.Value
+	}
+	defaultRE := regexp.MustCompile(`\bDefault ([^\s(]+)`)
+	for _, v := range config.Vars() {
+		doc, ok := docs[v]
+		if !ok {
+			t.Errorf("%s is read by the config but not documented in a field comment (\"%s: ...\")", v, v)
+			continue
+		}
+		value, ok := effective[v]
+		if !ok {
+			t.Errorf("%s missing from Settings()", v)
+			continue
+		}
+		if v == "DATABASE_URL" {
+			continue // required; set by this test
+		}
+		m := defaultRE.FindStringSubmatch(doc)
+		if m == nil {
+			// No documented default: the zero value.
+			if value != "" && value != "false" && value != "0" {
+				t.Errorf("%s: no default documented (%q) but Load gives %q", v, doc, value)
+			}
+			continue
+		}
+		documented := strings.TrimRight(m[1], ".,")
+		if documented == "none" {
+			documented = ""
+		}
+		if !sameSetting(documented, value) {
+			t.Errorf("%s: documented default %q, Load gives %q (doc: %q)", v, documented, value, doc)
+		}
+	}
+}
+
+// sameSetting compares a documented value with an effective one, treating
+// durations (and lists of them) by value: "30m" == "30m0s".
+func sameSetting(documented, effective string) bool {
+	if documented == effective {
+		return true
+	}
+	ds, es := strings.Split(documented, ","), strings.Split(effective, ",")
+	if len(ds) != len(es) {
+		return false
+	}
+	for i := range ds {
+		dd, err1 := time.ParseDuration(ds[i])
+		ed, err2 := time.ParseDuration(es[i])
+		if err1 != nil || err2 != nil || dd != ed {
+			return false
+		}
+	}
+	return true
+}
+
+// documentedVars maps each variable named at the start of a field comment in
+// config.go ("VAR: ..." or "VAR_A / VAR_B: ...") to that comment.
+func documentedVars(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatalf("parse config.go: %v", err)
+	}
+	out := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		field, ok := n.(*ast.Field)
+		if !ok || field.Doc == nil {
+			return true
+		}
+		text := strings.Join(strings.Fields(field.Doc.Text()), " ")
+		head, _, ok := strings.Cut(text, ":")
+		if !ok {
+			return true
+		}
+		for name := range strings.SplitSeq(head, "/") {
+			name = strings.TrimSpace(name)
+			if name != "" && strings.ToUpper(name) == name && !strings.Contains(name, " ") {
+				out[name] = text
+			}
+		}
+		return true
+	})
+	if len(out) == 0 {
+		t.Fatal("found no documented variables in config.go")
+	}
+	return out
+}
+
+func TestSettingsRedactSecrets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		environ map[string]string
+		secrets []string
+		// keep are non-secret fragments that must still be shown.
+		keep []string
+	}{
+		{
+			name:    "URL password",
+			environ: map[string]string{"DATABASE_URL": "postgres://bridge:Pa55w0rdXYZ@db.internal:5432/bridge?sslmode=require"},
+			secrets: []string{"Pa55w0rdXYZ"},
+			keep:    []string{"bridge:REDACTED@db.internal:5432/bridge", "sslmode=require"},
+		},
+		{
+			name:    "URL password with escapes",
+			environ: map[string]string{"DATABASE_URL": "postgresql://app:s%40cr%3Ait@db:5432/app"},
+			secrets: []string{"s@cr:it", "s%40cr%3Ait", "s%40cr"},
+			keep:    []string{"app:REDACTED@db:5432/app"},
+		},
+		{
+			name:    "URL password query parameter",
+			environ: map[string]string{"DATABASE_URL": "postgres://db:5432/app?user=app&password=QueryS3cret"},
+			secrets: []string{"QueryS3cret"},
+			keep:    []string{"user=app"},
+		},
+		{
+			name:    "key=value password",
+			environ: map[string]string{"DATABASE_URL": "host=db.internal port=5432 user=app password=KvS3cret dbname=app"},
+			secrets: []string{"KvS3cret"},
+			keep:    []string{"host=db.internal", "dbname=app"},
+		},
+		{
+			name:    "key=value quoted password with spaces",
+			environ: map[string]string{"DATABASE_URL": "host=db user=app password='two words here' dbname=app"},
+			secrets: []string{"two words", "words here"},
+			keep:    []string{"dbname=app"},
+		},
+		{
+			name:    "key=value spaced password",
+			environ: map[string]string{"DATABASE_URL": "host=db user=app password = Sp4cedOut dbname=app"},
+			secrets: []string{"Sp4cedOut"},
+		},
+		{
+			name: "tokens and SASL credentials",
+			environ: map[string]string{
+				"ADMIN_TOKEN":          "admin-token-7f3a9c",
+				"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+				"KAFKA_SASL_USERNAME":  "sasl-user-b8e2",
+				"KAFKA_SASL_PASSWORD":  "sasl-pass-d41d",
+			},
+			secrets: []string{"admin-token-7f3a9c", "sasl-user-b8e2", "sasl-pass-d41d"},
+			keep:    []string{"SCRAM-SHA-512"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := config.Load(env(tt.environ), config.Needs{Database: true})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			out, err := json.Marshal(cfg.Settings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			printed := string(out)
+			for _, s := range tt.secrets {
+				if strings.Contains(printed, s) {
+					t.Errorf("Settings() shows secret %q: %s", s, printed)
+				}
+			}
+			for _, k := range tt.keep {
+				if !strings.Contains(printed, k) {
+					t.Errorf("Settings() lost non-secret %q: %s", k, printed)
+				}
+			}
+			if !strings.Contains(printed, "REDACTED") {
+				t.Errorf("Settings() does not mark anything redacted: %s", printed)
+			}
+		})
+	}
+}
+
+func TestSettingsListEveryVariableOnce(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(env(nil), config.Needs{Database: true})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	seen := map[string]int{}
+	for _, s := range cfg.Settings() {
+		seen[s.Var]++
+	}
+	for _, v := range config.Vars() {
+		if seen[v] != 1 {
+			t.Errorf("%s appears %d times in Settings(), want 1", v, seen[v])
+		}
+	}
+	if len(seen) != len(config.Vars()) {
+		t.Errorf("Settings() has %d variables, Vars() %d", len(seen), len(config.Vars()))
+	}
+	// Empty secrets stay empty rather than claiming a value was hidden.
+	for _, s := range cfg.Settings() {
+		if s.Var == "ADMIN_TOKEN" && s.Value != "" {
+			t.Errorf("unset ADMIN_TOKEN shown as %q, want empty", s.Value)
+		}
+	}
+}
+
+// TestErrorsNeverEchoPasswords: a malformed DATABASE_URL is reported with its
+// password redacted.
+func TestErrorsNeverEchoPasswords(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"mysql://root:Hunter2Secret@db/app",
+		"postgres://root:Hunter2Secret@db:notaport/app%zz",
+	} {
+		_, err := config.Load(env(map[string]string{"DATABASE_URL": u}), config.Needs{Database: true})
+		requireConfigError(t, err, "DATABASE_URL")
+		if strings.Contains(err.Error(), "Hunter2Secret") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"postgres://u:p@h:5432/d", "postgres://u:REDACTED@h:5432/d"},
+		{"postgres://u@h/d", "postgres://u@h/d"},
+		{"postgres://h/d?password=x&sslmode=disable", "postgres://h/d?password=REDACTED&sslmode=disable"},
+		{"host=h password=x user=u", "host=h password=REDACTED user=u"},
+		{"host=h PASSWORD='a b' user=u", "host=h PASSWORD=REDACTED user=u"},
+		{"host=h user=u", "host=h user=u"},
+	}
+	for _, tt := range tests {
+		if got := config.RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
