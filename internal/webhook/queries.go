@@ -99,9 +99,13 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // the lock is taken after the first worker committed, PostgreSQL re-checks the
 // locked row's status (EvalPlanQual) and drops it.
 //
-// The second NOT EXISTS (nothing of the stream in flight) matters for a
-// revived row: it reopens in front of a stream whose later row may be in
-// flight right now.
+// The second probe (nothing of the stream in flight) matters for a revived
+// row: it reopens in front of a stream whose later row may be in flight right
+// now. The probes are scalar subqueries rather than NOT EXISTS on purpose:
+// PostgreSQL turns NOT EXISTS into an anti-join, and on a table whose
+// statistics lag (a fresh backlog) it chose one that scanned the whole
+// subscription's open rows per candidate (80 ms per claim); a scalar subquery
+// stays a per-row probe with every column in the index condition.
 //
 // The null asset is one stream: the coalesce of asset_id to the empty string
 // matches NULL with NULL (as IS NOT DISTINCT FROM would) and is the expression
@@ -127,17 +131,17 @@ WITH heads AS (
     WHERE d.subscription_id = s.id
       AND d.status = 'pending'
       AND d.next_attempt_at <= now()
-      AND NOT EXISTS (
-        SELECT 1 FROM bridge.deliveries e
-        WHERE e.subscription_id = d.subscription_id
-          AND coalesce(e.asset_id, '') = coalesce(d.asset_id, '')
-          AND e.seq < d.seq
-          AND e.status IN ('pending', 'delivering'))
-      AND NOT EXISTS (
-        SELECT 1 FROM bridge.deliveries f
-        WHERE f.subscription_id = d.subscription_id
-          AND coalesce(f.asset_id, '') = coalesce(d.asset_id, '')
-          AND f.status = 'delivering')
+      AND (SELECT 1 FROM bridge.deliveries e
+           WHERE e.subscription_id = d.subscription_id
+             AND coalesce(e.asset_id, '') = coalesce(d.asset_id, '')
+             AND e.seq < d.seq
+             AND e.status IN ('pending', 'delivering')
+           LIMIT 1) IS NULL
+      AND (SELECT 1 FROM bridge.deliveries f
+           WHERE f.subscription_id = d.subscription_id
+             AND coalesce(f.asset_id, '') = coalesce(d.asset_id, '')
+             AND f.status = 'delivering'
+           LIMIT 1) IS NULL
     ORDER BY d.seq
     LIMIT least($3::int, greatest(0, $2::int - (
       SELECT count(*) FROM bridge.deliveries g
