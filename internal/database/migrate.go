@@ -41,7 +41,7 @@ func newProvider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, *sql
 		db.Close()
 		return nil, nil, fmt.Errorf("create migration lock: %w", err)
 	}
-	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithTableName(MigrationsTable)}
+	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithTableName("public." + MigrationsTable)}
 	if logger != nil {
 		opts = append(opts, goose.WithSlog(logger))
 	}
