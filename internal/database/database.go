@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,6 +65,11 @@ func describeConnectError(err error) error {
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
 		if u := errors.Unwrap(ce); u != nil {
+			if j, ok := u.(interface{ Unwrap() []error }); ok {
+				// One failure per address tried (sslmode=prefer tries TLS,
+				// then plain): errors.Join puts each on its own line.
+				return joinedOneLine(j.Unwrap())
+			}
 			return u
 		}
 	}
@@ -72,6 +78,20 @@ func describeConnectError(err error) error {
 	}
 	return err
 }
+
+// joinedOneLine is errors.Join on one line ("a; b"), so the connect error
+// stays a single log or terminal line.
+type joinedOneLine []error
+
+func (j joinedOneLine) Error() string {
+	parts := make([]string, len(j))
+	for i, e := range j {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (j joinedOneLine) Unwrap() []error { return j }
 
 func redactParseError(err error) string {
 	// pgconn's parse errors quote the DSN; do not echo it back.
