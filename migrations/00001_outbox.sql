@@ -75,8 +75,10 @@ CREATE UNIQUE INDEX outbox_asset_seq ON bridge.outbox ((coalesce(asset_id, '')),
 -- holds): a partial index keeps that cost proportional to the backlog, not to
 -- the table's history.
 CREATE INDEX outbox_new_by_seq ON bridge.outbox (seq) INCLUDE (lane, next_attempt_at) WHERE status = 'NEW';
--- "Is an earlier row of this asset waiting for its retry?" — one index probe.
-CREATE INDEX outbox_new_by_asset ON bridge.outbox ((coalesce(asset_id, '')), seq) WHERE status = 'NEW';
+-- "Is an earlier row of this asset waiting for its retry?" — one probe on an
+-- index holding only charged NEW rows (attempts > 0), which are few even with
+-- a million-row backlog, so the per-asset hold stays cheap.
+CREATE INDEX outbox_waiting_retry ON bridge.outbox ((coalesce(asset_id, '')), seq) WHERE status = 'NEW' AND attempts > 0;
 -- Retention deletes SENT rows oldest first in bounded batches.
 CREATE INDEX outbox_sent_at ON bridge.outbox (sent_at) WHERE status = 'SENT';
 CREATE INDEX outbox_failed ON bridge.outbox (topic, failed_at) WHERE status = 'FAILED';
