@@ -455,3 +455,80 @@ func TestLogNeverReturnsPayloads(t *testing.T) {
 		t.Fatalf("Payload (the deliberate way) = %s, %v", p, err)
 	}
 }
+
+func TestNotifyWakesTheDelivererWithoutPolling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, nil)
+	sub := b.createSub(t, rc.URL)
+	// A poll interval of an hour: only NOTIFY bridge_deliveries can wake it.
+	b.runDeliverer(t, Config{PollInterval: time.Hour})
+	// Let the LISTEN connection come up (Run pokes once when it does).
+	waitFor(t, "the LISTEN connection", waitLong, func() bool {
+		var n int
+		_ = b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n)
+		return n > 0
+	})
+	// The first may ride on the poke Run gives itself once LISTEN is up; the
+	// second arrives when the deliverer is idle, so only NOTIFY can wake it.
+	for i := 1; i <= 2; i++ {
+		id := b.insert(t, sub.ID, "a", i, `{}`)
+		b.waitStatus(t, id, StatusDelivered)
+	}
+}
+
+func TestDelivererReclaimsAStalledClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, nil)
+	sub := b.createSub(t, rc.URL)
+	id := b.insert(t, sub.ID, "a", 1, `{}`)
+	behind := b.insert(t, sub.ID, "a", 2, `{}`)
+	// A worker that claimed it and died: its lease runs out in 50ms.
+	if _, err := b.store.Claim(context.Background(), ClaimParams{ClaimedBy: "killed", Limit: 1, MaxInFlight: 8, Lease: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	b.runDeliverer(t, Config{ReclaimInterval: 50 * time.Millisecond})
+	r := b.waitStatus(t, id, StatusDelivered)
+	if r.Attempts != 2 {
+		t.Fatalf("delivered with %d attempts, want 2 (the stalled attempt is kept)", r.Attempts)
+	}
+	b.waitStatus(t, behind, StatusDelivered)
+	if got := rc.requests(); len(got) != 2 || got[0].Env.AssetSeq != 1 || got[1].Env.AssetSeq != 2 {
+		t.Fatalf("requests %d, want seq 1 then 2", len(got))
+	}
+}
+
+func TestShutdownLetsAQuickRequestFinishAndRecordsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	arrived := make(chan struct{}, 1)
+	proceed := make(chan struct{})
+	rc := newReceiver(t, func(*received, int) int {
+		arrived <- struct{}{}
+		<-proceed
+		return http.StatusOK
+	})
+	t.Cleanup(func() {
+		select {
+		case <-proceed:
+		default:
+			close(proceed)
+		}
+	})
+	sub := b.createSub(t, rc.URL)
+	_, stop := b.runDeliverer(t, Config{ShutdownGrace: 10 * time.Second})
+	id := b.insert(t, sub.ID, "a", 1, `{}`)
+	<-arrived
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	// Shutdown has begun; the request in flight answers within the grace.
+	time.Sleep(50 * time.Millisecond) // let cancellation reach the deliverer before answering
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, id); r.Status != StatusDelivered || r.Attempts != 1 {
+		t.Fatalf("after a graceful shutdown: %+v, want delivered (the request finished within the grace)", r)
+	}
+}
