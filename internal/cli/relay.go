@@ -35,6 +35,20 @@ func newProducer(cfg *config.Config, rc relay.Config) (*kgo.Client, error) {
 	return kgo.NewClient(append(opts, relay.ProducerOptions(rc)...)...)
 }
 
+// newRelay builds the relay and its producer on the shared runtime; `bridge
+// run` uses it too. The returned func closes the producer.
+func newRelay(cfg *config.Config, rt *runtime) (*relay.Relay, func(), error) {
+	rc := relayConfig(cfg)
+	rc.Logger = rt.Logger
+	rc.TracerProvider = rt.TracerProvider
+	rc.Metrics = rt.RelayMetrics
+	client, err := newProducer(cfg, rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return relay.New(rt.Pool, client, rc), client.Close, nil
+}
+
 func newRelayCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "relay",
@@ -53,21 +67,17 @@ ever produced by one replica. SIGTERM drains in-flight acks and exits 0.`,
 			if err != nil {
 				return err
 			}
-			rt, err := startRuntime(cmd.Context(), cfg, "outbox-bridge-relay")
+			rt, err := startRuntime(cmd.Context(), cfg, serviceRelay)
 			if err != nil {
 				return err
 			}
 			defer rt.Close()
-			rc := relayConfig(cfg)
-			rc.Logger = rt.Logger
-			rc.TracerProvider = rt.TracerProvider
-			rc.Metrics = rt.RelayMetrics
-			client, err := newProducer(cfg, rc)
+			r, closeRelay, err := newRelay(cfg, rt)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
-			return relay.New(rt.Pool, client, rc).Run(cmd.Context())
+			defer closeRelay()
+			return r.Run(cmd.Context())
 		},
 	}
 }
