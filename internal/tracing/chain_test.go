@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/metrics"
+	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
 
@@ -118,8 +120,13 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	brokers := cluster.ListenAddrs()
 	topic := kafkatest.CreateTopic(t, brokers, 3, nil)
 	app, relayR, consumerR, deliverR := newRecorded(t), newRecorded(t), newRecorded(t), newRecorded(t)
+	m, err := metrics.New(metrics.Options{RefreshInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background()) //nolint:errcheck
 	p := newPipeline(t, pipelineConfig{brokers: brokers, topic: topic,
-		relayTP: relayR.tp, consumerTP: consumerR.tp, deliverTP: deliverR.tp})
+		relayTP: relayR.tp, consumerTP: consumerR.tp, deliverTP: deliverR.tp, metrics: m})
 	p.startConsumerAndDeliverer()
 	p.startRelay(1000)
 
@@ -220,6 +227,42 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	if got, _ := parseTraceparent(t, p.recv.traceparents(bigID)[0]); got != bigApp.TraceID().String() || rclient.SpanContext().TraceID() != bigApp.TraceID() {
 		t.Errorf("replayed delivery left the original trace %s (receiver got %s)", bigApp.TraceID(), got)
 	}
+
+	// The same small run, as /metrics tells it: 3 events in, 1 parked and
+	// replayed, 2 webhooks delivered, 1 dead after a 500.
+	waitFor(t, 10*time.Second, func() string {
+		f := metricstest.Scrape(t, m.Handler())
+		v := func(name string, labels map[string]string) float64 { x, _ := f.Value(name, labels); return x }
+		got := map[string]float64{
+			"produced":          v("bridge_relay_produced_total", map[string]string{"topic": topic}),
+			"parked poison":     v("bridge_relay_parked_total", map[string]string{"topic": topic, "reason": "poison"}),
+			"outbox SENT":       v("bridge_outbox_rows", map[string]string{"status": "SENT"}),
+			"outbox FAILED":     v("bridge_outbox_rows", map[string]string{"status": "FAILED"}),
+			"consumed":          v("bridge_consumer_records_total", nil),
+			"deliveries made":   v("bridge_consumer_deliveries_created_total", nil),
+			"attempts 2xx":      v("bridge_delivery_attempts_total", map[string]string{"outcome": "delivered", "status_class": "2xx"}),
+			"attempts dead 5xx": v("bridge_delivery_attempts_total", map[string]string{"outcome": "dead", "status_class": "5xx"}),
+			"durations":         v("bridge_delivery_attempt_duration_seconds", map[string]string{"outcome": "delivered"}),
+			"delivered":         v("bridge_deliveries", map[string]string{"status": "delivered"}),
+			"dead":              v("bridge_deliveries", map[string]string{"status": "dead"}),
+			"oldest open age":   v("bridge_delivery_oldest_pending_age_seconds", map[string]string{"subscription_id": p.subID}),
+			"lag":               v("bridge_consumer_lag", map[string]string{"topic": topic}),
+		}
+		want := map[string]float64{
+			"produced": 3, "parked poison": 1, "outbox SENT": 3, "outbox FAILED": 0, "consumed": 3, "deliveries made": 3,
+			"attempts 2xx": 2, "attempts dead 5xx": 1, "durations": 2,
+			"delivered": 2, "dead": 1, "oldest open age": 0, "lag": 0,
+		}
+		for k, w := range want {
+			if got[k] != w {
+				return fmt.Sprintf("%s = %v, want %v (all: %v)", k, got[k], w, got)
+			}
+		}
+		if !f.Has("bridge_consumer_lag") {
+			return "bridge_consumer_lag missing"
+		}
+		return ""
+	})
 }
 
 // checkFailed: the attempt the receiver answered 500 has an error span, and

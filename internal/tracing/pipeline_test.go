@@ -21,6 +21,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/internal/webhook"
@@ -41,6 +42,7 @@ type pipeline struct {
 
 	relayTP, consumerTP, deliverTP trace.TracerProvider
 	relayLog, deliverLog           *lockedBuffer
+	metrics                        *metrics.Metrics // nil: none
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -53,6 +55,9 @@ type pipelineConfig struct {
 	brokers                        []string
 	topic                          string
 	relayTP, consumerTP, deliverTP trace.TracerProvider
+	// metrics, when set, receives the relay's, consumer's and deliverer's
+	// series (as `bridge run` would export them).
+	metrics *metrics.Metrics
 }
 
 func newPipeline(t *testing.T, pc pipelineConfig) *pipeline {
@@ -60,7 +65,7 @@ func newPipeline(t *testing.T, pc pipelineConfig) *pipeline {
 	p := &pipeline{
 		t: t, db: pgtest.New(t), brokers: pc.brokers, topic: pc.topic, recv: newReceiver(),
 		relayTP: pc.relayTP, consumerTP: pc.consumerTP, deliverTP: pc.deliverTP,
-		relayLog: &lockedBuffer{}, deliverLog: &lockedBuffer{},
+		relayLog: &lockedBuffer{}, deliverLog: &lockedBuffer{}, metrics: pc.metrics,
 	}
 	srv := httptest.NewServer(p.recv)
 	t.Cleanup(srv.Close)
@@ -95,6 +100,9 @@ func (p *pipeline) startRelay(maxMessageBytes int) {
 		LeaseTimeout:    2 * time.Second,
 		ProduceTimeout:  5 * time.Second,
 		MaxMessageBytes: maxMessageBytes,
+	}
+	if p.metrics != nil {
+		cfg.Metrics = p.metrics.Relay()
 	}
 	client, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(p.brokers...)}, relay.ProducerOptions(cfg)...)...)
 	if err != nil {
@@ -132,7 +140,23 @@ func (p *pipeline) startConsumerAndDeliverer() {
 	if err != nil {
 		p.t.Fatalf("consumer.New: %v", err)
 	}
+	var hook webhook.Metrics
+	if p.metrics != nil {
+		hook = p.metrics.Deliveries()
+		for _, observe := range []func() (func() error, error){
+			func() (func() error, error) { return p.metrics.ObserveConsumer(c, "g-"+p.topic) },
+			func() (func() error, error) { return p.metrics.ObserveOutbox(p.db.Pool) },
+			func() (func() error, error) { return p.metrics.ObserveDeliveries(p.db.Pool) },
+		} {
+			unregister, err := observe()
+			if err != nil {
+				p.t.Fatal(err)
+			}
+			p.t.Cleanup(func() { _ = unregister() })
+		}
+	}
 	d, err := webhook.NewDeliverer(p.db.Pool, webhook.Config{
+		Metrics:        hook,
 		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
 		PollInterval:   50 * time.Millisecond,
 		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
