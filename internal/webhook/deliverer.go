@@ -126,6 +126,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	} else if n > 0 {
 		d.log.InfoContext(bctx, "released claims without charging their attempt", "released", n)
 	}
+	d.client.CloseIdleConnections()
 	d.log.InfoContext(bctx, "stopped")
 	return nil
 }
