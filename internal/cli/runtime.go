@@ -100,6 +100,11 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 	if opts.noGlobals {
 		rt.tracer, err = tracing.New(ctx, tcfg)
 	} else {
+		// Export failures (a collector that is down) reach the log as
+		// warnings instead of otel's default: the standard library logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			logger.Warn("opentelemetry", "error", err)
+		}))
 		rt.tracer, err = tracing.Setup(ctx, tcfg)
 	}
 	if err != nil {
