@@ -259,6 +259,10 @@ type Webhook struct {
 	Workers int `env:"WEBHOOK_WORKERS" envDefault:"32"`
 	// WEBHOOK_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration `env:"WEBHOOK_POLL_INTERVAL" envDefault:"1s"`
+	// WEBHOOK_SHUTDOWN_GRACE: on SIGTERM, how long requests in flight may
+	// finish before they are cancelled and released without charging an
+	// attempt. Keep it below the orchestrator's kill timeout. Default 5s.
+	ShutdownGrace time.Duration `env:"WEBHOOK_SHUTDOWN_GRACE" envDefault:"5s"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
@@ -302,6 +306,8 @@ func (c Webhook) validate() error {
 		return fieldError("WEBHOOK_WORKERS", fmt.Sprint(c.Workers), "must be at least 1")
 	case c.PollInterval <= 0:
 		return fieldError("WEBHOOK_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
+	case c.ShutdownGrace <= 0:
+		return fieldError("WEBHOOK_SHUTDOWN_GRACE", c.ShutdownGrace.String(), "must be positive")
 	}
 	_, err := c.ParsedAllowedCIDRs()
 	return err

@@ -43,7 +43,8 @@ type Config struct {
 	// Lease/4, at most 15s.
 	ReclaimInterval time.Duration
 	// ShutdownGrace: on shutdown, how long requests in flight may finish
-	// before they are cancelled and released (not charged). Default 5s.
+	// before they are cancelled and released (not charged)
+	// (WEBHOOK_SHUTDOWN_GRACE). Default 5s.
 	ShutdownGrace time.Duration
 	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
 	// set 127.0.0.0/8). Default none.
@@ -90,6 +91,7 @@ func ConfigFromEnv(c config.Webhook) (Config, error) {
 		Workers:                    c.Workers,
 		MaxInFlightPerSubscription: c.MaxInFlightPerSubscription,
 		PollInterval:               c.PollInterval,
+		ShutdownGrace:              c.ShutdownGrace,
 		AllowedCIDRs:               cidrs,
 	}, nil
 }
