@@ -48,7 +48,7 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	ctx, stop := signalContext()
 	defer stop()
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -57,7 +57,14 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	var ce *config.Error
 	switch {
 	case errors.As(err, &ue), errors.As(err, &ce), isCobraUsageError(err):
-		if !errors.As(err, &ce) {
+		switch {
+		case errors.As(err, &ce):
+			// A configuration error is one line naming the variable.
+		case isCobraUsageError(err) && cmd != nil:
+			// Unknown command, flag or argument: show what the command
+			// accepts (SilenceUsage keeps cobra from printing it itself).
+			fmt.Fprint(stderr, "\n"+cmd.UsageString())
+		default:
 			fmt.Fprintln(stderr, "Run 'bridge --help' for usage.")
 		}
 		return ExitUsage
