@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -44,7 +45,15 @@ func (m *Metrics) ObserveConsumer(c ConsumerSource, group string) (func() error,
 	if err := errors.Join(e1, e2, e3, e4, e5, e6); err != nil {
 		return nil, fmt.Errorf("create consumer instruments: %w", err)
 	}
-	lags := newCached("consumer_lag", m.every, c.Lag, m.onRefreshError)
+	lags := newCached("consumer_lag", m.every, func(ctx context.Context) ([]consumer.PartitionLag, error) {
+		ls, err := c.Lag(ctx)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// Before the group's first join there is nothing to be behind
+			// on: not a failure worth a warning every interval.
+			return nil, nil
+		}
+		return ls, err
+	}, m.onRefreshError)
 	groupAttr := attribute.String("group", group)
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		st := c.Stats()

@@ -2,23 +2,30 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
 )
 
 type fakeConsumer struct {
-	stats consumer.Stats
-	lags  atomic.Int64 // Lag calls
+	stats  consumer.Stats
+	lags   atomic.Int64 // Lag calls
+	lagErr error
 }
 
 func (f *fakeConsumer) Stats() consumer.Stats { return f.stats }
 
 func (f *fakeConsumer) Lag(context.Context) ([]consumer.PartitionLag, error) {
 	f.lags.Add(1)
+	if f.lagErr != nil {
+		return nil, f.lagErr
+	}
 	return []consumer.PartitionLag{
 		{Topic: "assets", Partition: 0, Committed: 10, End: 15, Lag: 5},
 		{Topic: "assets", Partition: 1, Committed: 7, End: 7, Lag: 0},
@@ -57,4 +64,21 @@ func TestConsumerCountersAndLag(t *testing.T) {
 	if metricstest.Scrape(t, m.Handler()).Has("bridge_consumer_records_total") {
 		t.Error("consumer series still exported after unregister")
 	}
+}
+
+// A group that has not joined yet has no lag, and that is no error.
+func TestConsumerLagBeforeTheGroupExists(t *testing.T) {
+	t.Parallel()
+	m := newMetrics(t, time.Hour)
+	c := &fakeConsumer{lagErr: fmt.Errorf("consumer group lag: %w", kerr.GroupIDNotFound)}
+	unregister, err := m.ObserveConsumer(c, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unregister() //nolint:errcheck
+	f := metricstest.Scrape(t, m.Handler())
+	if f.Has("bridge_metrics_refresh_errors_total") || f.Has("bridge_consumer_lag") {
+		t.Errorf("GROUP_ID_NOT_FOUND counted as a refresh error or exported as lag")
+	}
+	want(t, f, "bridge_consumer_records_total", nil, 0)
 }
