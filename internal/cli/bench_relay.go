@@ -65,6 +65,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			return err
 		}
 		rc := relayConfig(cfg)
+		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
 		res, err := relay.Bench(ctx, pool, kopts, rc, relay.BenchOptions{
 			Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions,
@@ -74,8 +75,22 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			return err
 		}
 		if *out == "json" {
-			return printJSON(cmd.OutOrStdout(), res)
+			if err := printJSON(cmd.OutOrStdout(), res); err != nil {
+				return err
+			}
+		} else if err := printBenchRelay(cmd, res); err != nil {
+			return err
 		}
+		if res.OrderViolations > 0 {
+			return fmt.Errorf("%d keys were relayed out of order", res.OrderViolations)
+		}
+		return nil
+	}
+	return c
+}
+
+func printBenchRelay(cmd *cobra.Command, res *relay.BenchResult) error {
+	{
 		rows := [][]string{
 			{"backlog", fmt.Sprintf("%d events over %d assets, %d-byte payloads (filled in %.1fs)", res.Events, res.Assets, res.PayloadBytes, res.FillSeconds)},
 			{"relay drain", fmt.Sprintf("%.0f events/s (%.1fs, %d replica(s), batch %d)", res.DrainRate, res.DrainSeconds, res.Replicas, res.BatchSize)},
@@ -83,9 +98,9 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
 			{"relay / lower ceiling", fmt.Sprintf("%.0f%%", 100*res.DrainRate/min(res.CeilingClaimMark, res.CeilingProduce))},
 			{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms at %d events/s offered (%d events)", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyOffered, res.LatencyEvents)},
+			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
 		return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
 	}
-	return c
 }

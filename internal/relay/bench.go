@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,11 @@ type BenchResult struct {
 	LatencyP99Ms     float64 `json:"latency_p99_ms"`
 	CeilingClaimMark float64 `json:"ceiling_postgres_claim_mark_rows_per_second"`
 	CeilingProduce   float64 `json:"ceiling_kafka_produce_records_per_second"`
+	// Verified is the number of backlog records read back from the topic;
+	// OrderViolations counts keys whose asset-seq did not go 1, 2, 3, ...
+	// (first copy of each dedup-id), which must be 0.
+	Verified        int `json:"verified_records"`
+	OrderViolations int `json:"order_violations"`
 }
 
 // Bench fills the outbox of pool (a scratch database) and measures the relay
@@ -168,6 +174,11 @@ func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Con
 	sampler.Wait()
 	res.PeakHeapMiB = float64(peak.Load()) / (1 << 20)
 
+	progress("reading the topic back to verify per-key order")
+	if res.Verified, res.OrderViolations, err = verifyOrder(ctx, kafkaOpts, topic, o.Events); err != nil {
+		return nil, err
+	}
+
 	// Latency at a fixed offered rate: one event per committed transaction,
 	// commit → broker ack (sent_at), relays running.
 	progress(fmt.Sprintf("offering %d events/s for %s", o.Rate, o.RateDuration))
@@ -265,6 +276,11 @@ func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, si
 		}
 		value = buf
 	}
+	// Warm up: the first record waits for the new topic's metadata, which is
+	// not produce throughput.
+	if err := client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("warm-up"), Value: value}).FirstErr(); err != nil {
+		return 0, fmt.Errorf("produce ceiling: %w", err)
+	}
 	start := time.Now()
 	for sent := 0; sent < n; {
 		k := min(batch, n-sent)
@@ -308,7 +324,7 @@ func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config, n, as
 	start := time.Now()
 	done := 0
 	for done < n {
-		rows, err := r.claim(ctx, lanes)
+		rows, err := r.claim(ctx, lanes, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -327,4 +343,50 @@ func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config, n, as
 		done += len(rows)
 	}
 	return float64(done) / time.Since(start).Seconds(), nil
+}
+
+// verifyOrder reads the topic from the start and checks that, per key, the
+// first copy of each dedup-id carries asset-seq 1, 2, 3, ... in offset order.
+func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want int) (read, violations int, err error) {
+	cl, err := kgo.NewClient(append(slices.Clone(kafkaOpts), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	seen := map[string]bool{}
+	next := map[string]int64{}
+	bad := map[string]bool{}
+	deadline, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for read < want {
+		fs := cl.PollFetches(deadline)
+		if deadline.Err() != nil {
+			return read, len(bad), fmt.Errorf("read back %d of %d records: %w", read, want, deadline.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var id, seq string
+			for _, h := range r.Headers {
+				switch h.Key {
+				case "dedup-id":
+					id = string(h.Value)
+				case "asset-seq":
+					seq = string(h.Value)
+				}
+			}
+			if seen[id] {
+				return
+			}
+			seen[id] = true
+			read++
+			// Keys may not start at asset-seq 1 (earlier events of the asset),
+			// but from the first one seen each must follow its predecessor.
+			k := string(r.Key)
+			n, _ := strconv.ParseInt(seq, 10, 64)
+			if exp, ok := next[k]; ok && n != exp {
+				bad[k] = true
+			}
+			next[k] = n + 1
+		})
+	}
+	return read, len(bad), nil
 }

@@ -2,10 +2,10 @@ package relay
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -241,4 +241,3 @@ func byPartition(recs []*kgo.Record) map[int32][]*kgo.Record {
 	}
 	return out
 }
-

@@ -135,6 +135,12 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 	return nil
 }
 
+func (k *laneKeeper) hasSurplus() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.surplus > 0
+}
+
 // releaseSurplus hands back lanes above the fair share. Called by the relay
 // loop between cycles, when none of this replica's rows are in flight.
 func (k *laneKeeper) releaseSurplus(ctx context.Context) {

@@ -63,6 +63,7 @@ FROM bridge.outbox o
 WHERE o.status = 'NEW'
   AND o.lane = ANY($1::int[])
   AND o.next_attempt_at <= now()
+  AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
   AND NOT EXISTS (
     SELECT 1 FROM bridge.outbox e
     WHERE e.status = 'NEW'

@@ -3,8 +3,8 @@ package relay
 import (
 	"cmp"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -205,21 +205,46 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.InfoContext(ctx, "relay started", "member", r.cfg.MemberID, "lanes", len(r.lanes.Owned()), "batch_size", r.cfg.BatchSize)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	// The cycle and its settlement are not cancelled by ctx: once rows are
+	// produced, their acks are awaited and marked even during shutdown.
+	work := context.WithoutCancel(ctx)
+	var inflight *settlement
+	settle := func() {
+		if inflight == nil {
+			return
+		}
+		<-inflight.done
+		if inflight.err != nil {
+			// The rows stay NEW and go out again with the same dedup-id: at
+			// least once, never lost.
+			r.log.ErrorContext(ctx, "record relay outcomes", "error", inflight.err)
+		}
+		inflight = nil
+	}
+	defer settle()
 	for {
-		r.lanes.releaseSurplus(ctx)
+		if r.lanes.hasSurplus() {
+			// Lanes change hands only with nothing of theirs in flight.
+			settle()
+			r.lanes.releaseSurplus(ctx)
+		}
 		owned := r.lanes.Owned()
 		full := false
 		if len(owned) > 0 {
-			// The cycle is not cancelled by ctx: once rows are produced, their
-			// acks are awaited and marked even during shutdown.
-			res, err := r.cycle(context.WithoutCancel(ctx), owned)
+			res, next, err := r.cycle(work, owned, inflight)
 			if errors.Is(err, errSimulatedCrash) {
 				return err
+			}
+			settle()
+			if next != nil {
+				inflight = next
+				go func(s *settlement) { s.err = s.write(work, r); close(s.done) }(next)
 			}
 			switch {
 			case err != nil:
 				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
 			case res.outage:
+				settle()
 				if !r.waitForBroker(ctx) {
 					return r.shutdown(ctx)
 				}
@@ -228,7 +253,11 @@ func (r *Relay) Run(ctx context.Context) error {
 				full = res.claimed == r.cfg.BatchSize
 			}
 		}
+		if !full {
+			settle()
+		}
 		if ctx.Err() != nil {
+			settle()
 			return r.shutdown(ctx)
 		}
 		if full {
@@ -408,10 +437,13 @@ type sendResult struct {
 	err       error
 }
 
-func (r *Relay) claim(ctx context.Context, lanes []int) ([]*row, error) {
+func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	rows, err := r.pool.Query(qctx, claimSQL, lanes, r.cfg.BatchSize)
+	if exclude == nil {
+		exclude = []int64{}
+	}
+	rows, err := r.pool.Query(qctx, claimSQL, lanes, r.cfg.BatchSize, exclude)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -432,53 +464,110 @@ func (r *Relay) claim(ctx context.Context, lanes []int) ([]*row, error) {
 
 // cycle claims one batch, produces it, waits for every ack and records the
 // outcome of each row.
-func (r *Relay) cycle(ctx context.Context, lanes []int) (cycleResult, error) {
-	claimed, err := r.claim(ctx, lanes)
-	if err != nil || len(claimed) == 0 {
-		return cycleResult{}, err
+// settlement is the bookkeeping of one produced batch: which rows to mark
+// SENT, park or charge. It is written while the next batch is claimed and
+// produced (the marks are the slowest step of a cycle), at most one at a time.
+type settlement struct {
+	rows      []*row
+	results   []sendResult
+	sent      []int
+	park      []int
+	charge    []int
+	oversized []int
+	// seqs of every row of the batch: they are still NEW until the
+	// settlement is written, so the next claim must skip them.
+	seqs []int64
+	// unsettled holds the assets with a failed row in the batch. Their hold
+	// (next_attempt_at) is not written yet, so the next batch must not carry
+	// their later rows.
+	unsettled map[string]bool
+	done      chan struct{}
+	err       error
+}
+
+// write records the outcomes. Marks are fenced by the lane lease.
+func (s *settlement) write(ctx context.Context, r *Relay) error {
+	if err := r.markSent(ctx, s.rows, s.sent, s.results); err != nil {
+		return err
 	}
+	if len(s.park)+len(s.oversized) > 0 {
+		reasons := map[int]string{}
+		for _, i := range s.park {
+			reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", len(s.rows[i].payload), s.results[i].err)
+		}
+		for _, i := range s.oversized {
+			reasons[i] = tooLargeReason(s.rows[i], r.cfg.MaxMessageBytes)
+		}
+		r.park(ctx, s.rows, append(slices.Clone(s.park), s.oversized...), func(i int) string { return reasons[i] })
+	}
+	if len(s.charge) > 0 {
+		return r.charge(ctx, s.rows, s.charge, s.results)
+	}
+	return nil
+}
+
+// cycle claims one batch (skipping what the settlement still being written
+// covers), produces it, waits for every ack and judges each failure. It
+// returns the settlement to write; nil when nothing was claimed.
+func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (cycleResult, *settlement, error) {
+	started := time.Now()
+	var exclude []int64
+	if inflight != nil {
+		exclude = inflight.seqs
+	}
+	claimed, err := r.claim(ctx, lanes, exclude)
+	if err != nil || len(claimed) == 0 {
+		return cycleResult{}, nil, err
+	}
+	claimedAt := time.Now()
 	res := cycleResult{claimed: len(claimed)}
+	if inflight != nil && len(inflight.unsettled) > 0 {
+		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.assetKey()] })
+		if len(claimed) == 0 {
+			return res, nil, nil
+		}
+	}
 	rows := sameTopicRuns(claimed)
 
-	results := make([]sendResult, len(rows))
-	var oversized []int
+	s := &settlement{rows: rows, results: make([]sendResult, len(rows)), unsettled: map[string]bool{}, done: make(chan struct{})}
+	results := s.results
 	var toSend []int
 	for i, w := range rows {
+		s.seqs = append(s.seqs, w.seq)
 		if len(w.payload) > r.cfg.MaxMessageBytes {
-			oversized = append(oversized, i)
+			s.oversized = append(s.oversized, i)
 			continue
 		}
 		toSend = append(toSend, i)
 	}
 	r.produce(ctx, rows, toSend, results)
+	r.log.DebugContext(ctx, "relay cycle", "rows", len(rows), "claim", claimedAt.Sub(started), "produce", time.Since(claimedAt))
 	if r.testCrashAfterProduce != nil && r.testCrashAfterProduce() {
-		return res, errSimulatedCrash
+		return res, nil, errSimulatedCrash
 	}
 
-	var sent, failed []int
+	var failed []int
 	for _, i := range toSend {
 		if results[i].err == nil {
-			sent = append(sent, i)
+			s.sent = append(s.sent, i)
 		} else {
 			failed = append(failed, i)
+			s.unsettled[rows[i].assetKey()] = true
 		}
 	}
 
 	// Outage or poison (HARD-PARTS 4)? When nothing in the batch got through,
 	// ask whether any broker answers at all. If none does, this is an outage:
 	// charge nothing, back off, probe, resume.
-	if len(sent) == 0 && len(failed) > 0 && allRetriable(results, failed) {
+	if len(s.sent) == 0 && len(failed) > 0 && allRetriable(results, failed) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		pingErr := r.client.Ping(pctx)
 		cancel()
 		if pingErr != nil {
 			r.log.WarnContext(ctx, "no broker reachable: treating as outage, no attempts charged",
 				"rows", len(failed), "error", results[failed[0]].err, "ping_error", pingErr)
-			if len(oversized) > 0 {
-				r.park(ctx, rows, oversized, func(i int) string { return tooLargeReason(rows[i], r.cfg.MaxMessageBytes) })
-			}
 			res.outage = true
-			return res, nil
+			return res, &settlement{rows: rows, results: results, oversized: s.oversized, seqs: s.seqs, done: s.done}, nil
 		}
 	}
 
@@ -487,57 +576,32 @@ func (r *Relay) cycle(ctx context.Context, lanes []int) (cycleResult, error) {
 	// same asset are collateral: they stay NEW, uncharged, held behind their
 	// head by the claim's per-asset hold.
 	heads := map[string]bool{}
-	var judge []int
 	for _, i := range failed { // failed is in seq order
 		k := rows[i].assetKey()
 		if heads[k] {
 			continue
 		}
 		heads[k] = true
-		judge = append(judge, i)
-	}
-
-	var charge, park []int
-	for _, i := range judge {
 		switch classify(results[i].err) {
 		case poison:
-			park = append(park, i)
+			s.park = append(s.park, i)
 		case suspect:
 			// The broker rejects a whole batch for one bad record: re-send
 			// this row alone before judging it.
 			results[i] = r.produceAlone(ctx, rows[i])
 			switch {
 			case results[i].err == nil:
-				sent = append(sent, i)
+				s.sent = append(s.sent, i)
 			case classify(results[i].err) == retriable:
-				charge = append(charge, i)
+				s.charge = append(s.charge, i)
 			default:
-				park = append(park, i)
+				s.park = append(s.park, i)
 			}
 		default:
-			charge = append(charge, i)
+			s.charge = append(s.charge, i)
 		}
 	}
-
-	if err := r.markSent(ctx, rows, sent, results); err != nil {
-		return res, err
-	}
-	if len(park)+len(oversized) > 0 {
-		reasons := map[int]string{}
-		for _, i := range park {
-			reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", len(rows[i].payload), results[i].err)
-		}
-		for _, i := range oversized {
-			reasons[i] = tooLargeReason(rows[i], r.cfg.MaxMessageBytes)
-		}
-		r.park(ctx, rows, append(park, oversized...), func(i int) string { return reasons[i] })
-	}
-	if len(charge) > 0 {
-		if err := r.charge(ctx, rows, charge, results); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
+	return res, s, nil
 }
 
 // sameTopicRuns keeps, per asset, only the leading rows that go to the same
