@@ -1,0 +1,183 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// JaegerUI is where scripts/services-up.sh serves the Jaeger UI.
+const JaegerUI = "http://127.0.0.1:16686"
+
+// Summary is what a run found. The JSON form is `bridge demo -o json`.
+type Summary struct {
+	RunID          string `json:"run_id"`
+	Topic          string `json:"topic"`
+	Brokers        string `json:"brokers"`
+	EmbeddedBroker bool   `json:"embedded_broker"`
+	SubscriptionID string `json:"subscription_id"`
+	// Database the run used (password redacted).
+	Database string `json:"database"`
+
+	// Enqueued events, committed in Transactions transactions.
+	Enqueued     int `json:"enqueued"`
+	Transactions int `json:"transactions"`
+	// Poison: poison events enqueued (0 or 1).
+	Poison int `json:"poison"`
+	// Relayed: rows the relay marked SENT (acknowledged by the broker).
+	Relayed int `json:"relayed"`
+	// Failed: rows parked as FAILED; FailedReason is the first one's last_error.
+	Failed       int    `json:"failed"`
+	FailedReason string `json:"failed_reason,omitempty"`
+	// Delivered: distinct events the receiver accepted with a valid signature.
+	Delivered int `json:"delivered"`
+	// Dead: deliveries that exhausted their retry schedule.
+	Dead int `json:"dead"`
+	// Duplicates: repeated copies the receiver ignored (allowed: at least once).
+	Duplicates int `json:"duplicates"`
+	// Missing: non-poison events enqueued that neither arrived nor died.
+	Missing int `json:"missing"`
+
+	// Commit → webhook received, over the events that arrived.
+	LatencyP50 time.Duration `json:"latency_p50_ns"`
+	LatencyP95 time.Duration `json:"latency_p95_ns"`
+	LatencyP99 time.Duration `json:"latency_p99_ns"`
+	LatencyMax time.Duration `json:"latency_max_ns"`
+
+	OrderViolations   int      `json:"order_violations"`
+	SignatureFailures int      `json:"signature_failures"`
+	Malformed         int      `json:"malformed"`
+	Problems          []string `json:"problems,omitempty"`
+
+	// TracesContinued: arrived events whose traceparent carried the trace
+	// they were enqueued in.
+	TracesContinued int `json:"traces_continued"`
+	// TraceID of the first publish-and-expire transaction: two events, one
+	// trace, from the enqueue to both webhook requests.
+	TraceID   string `json:"trace_id,omitempty"`
+	Exporting bool   `json:"exporting_traces"`
+
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Interrupted: stopped by its context (Ctrl-C) before the end.
+	Interrupted bool `json:"interrupted"`
+	// TimedOut: the last deliveries did not arrive within the timeout.
+	TimedOut bool `json:"timed_out"`
+}
+
+// Err reports what makes the run a failure: order violations, signature
+// failures, malformed requests, or events that never arrived although the run
+// was not interrupted. nil for a clean run.
+func (s *Summary) Err() error {
+	var bad []string
+	if s.OrderViolations > 0 {
+		bad = append(bad, fmt.Sprintf("%d order violation(s)", s.OrderViolations))
+	}
+	if s.SignatureFailures > 0 {
+		bad = append(bad, fmt.Sprintf("%d signature failure(s)", s.SignatureFailures))
+	}
+	if s.Malformed > 0 {
+		bad = append(bad, fmt.Sprintf("%d malformed request(s)", s.Malformed))
+	}
+	if s.Missing > 0 && !s.Interrupted {
+		bad = append(bad, fmt.Sprintf("%d event(s) never delivered", s.Missing))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("demo failed: %s", strings.Join(bad, ", "))
+}
+
+// percentiles returns the nearest-rank p50, p95, p99 and max of ds.
+func percentiles(ds []time.Duration) (p50, p95, p99, maxd time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return at(0.50), at(0.95), at(0.99), s[len(s)-1]
+}
+
+// Print writes the summary table for humans.
+func (s *Summary) Print(w io.Writer) error {
+	var b strings.Builder
+	switch {
+	case s.Interrupted:
+		fmt.Fprintf(&b, "\nInterrupted after %s — the summary so far:\n\n", round(s.Elapsed))
+	case s.TimedOut:
+		fmt.Fprintf(&b, "\nTimed out waiting for the last deliveries after %s:\n\n", round(s.Elapsed))
+	default:
+		fmt.Fprintf(&b, "\nDone in %s:\n\n", round(s.Elapsed))
+	}
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	row := func(k, v, note string) { fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, v, note) }
+	row("enqueued", fmt.Sprint(s.Enqueued), fmt.Sprintf("in %d transactions", s.Transactions))
+	row("relayed to Kafka", fmt.Sprint(s.Relayed), "marked SENT after the broker's ack")
+	row("delivered", fmt.Sprint(s.Delivered), "distinct webhooks, every signature verified")
+	failedNote := "parked: the poison event"
+	if s.FailedReason != "" {
+		failedNote = "parked: " + s.FailedReason
+	}
+	row("FAILED (parked)", fmt.Sprint(s.Failed), failedNote)
+	row("dead deliveries", fmt.Sprint(s.Dead), "")
+	row("duplicates ignored", fmt.Sprint(s.Duplicates), "same webhook-id again (at least once)")
+	if s.Missing > 0 {
+		row("missing", fmt.Sprint(s.Missing), "enqueued, neither delivered nor dead")
+	}
+	row("latency commit→webhook", fmt.Sprintf("p50 %s  p95 %s  p99 %s", ms(s.LatencyP50), ms(s.LatencyP95), ms(s.LatencyP99)), fmt.Sprintf("max %s", ms(s.LatencyMax)))
+	row("order violations", fmt.Sprint(s.OrderViolations), verdict(s.OrderViolations))
+	row("signature failures", fmt.Sprint(s.SignatureFailures), verdict(s.SignatureFailures))
+	if s.Malformed > 0 {
+		row("malformed requests", fmt.Sprint(s.Malformed), verdict(s.Malformed))
+	}
+	row("traces continued", fmt.Sprintf("%d/%d", s.TracesContinued, s.Delivered), "webhook traceparent = the enqueuing transaction's trace")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range s.Problems {
+		fmt.Fprintf(&b, "  ! %s\n", p)
+	}
+	b.WriteString("\n")
+	switch {
+	case s.TraceID != "" && s.Exporting:
+		fmt.Fprintf(&b, "A trace to open (a publish-and-expire transaction → relay → consume → both webhooks):\n  %s/trace/%s\n", JaegerUI, s.TraceID)
+	case !s.Exporting:
+		b.WriteString("Traces: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (Jaeger from scripts/services-up.sh)\nto get a trace id to look up in " + JaegerUI + ".\n")
+	}
+	b.WriteString("Topic: " + s.Topic + " on " + s.Brokers)
+	if s.EmbeddedBroker {
+		b.WriteString(" (embedded broker, gone with the process)")
+	}
+	b.WriteString("\n")
+	if s.Failed > 0 {
+		b.WriteString("The parked row, with DATABASE_URL pointing at " + s.Database + ":\n  bridge outbox failed --topic " + s.Topic + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func verdict(n int) string {
+	if n == 0 {
+		return "ok (must be 0)"
+	}
+	return "FAIL (must be 0)"
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
