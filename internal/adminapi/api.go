@@ -1,0 +1,299 @@
+package adminapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/api"
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/webhook"
+)
+
+// Config configures the API.
+type Config struct {
+	// Token is ADMIN_TOKEN. Empty: Mount mounts nothing.
+	Token string
+	// Pool is the bridge database.
+	Pool *pgxpool.Pool
+	// AllowHTTP accepts http:// subscription URLs (WEBHOOK_ALLOW_HTTP).
+	AllowHTTP bool
+	// SecretGrace is how long a rotated-out secret keeps signing
+	// (WEBHOOK_SECRET_GRACE).
+	SecretGrace time.Duration
+	// Logger records every write the API makes (method, path, status; never
+	// bodies) and server-side failures. Default discards.
+	Logger *slog.Logger
+}
+
+// FromConfig is the API's Config from the bridge configuration.
+func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Config {
+	return Config{
+		Token:       cfg.HTTP.AdminToken,
+		Pool:        pool,
+		AllowHTTP:   cfg.Webhook.AllowHTTP,
+		SecretGrace: cfg.Webhook.SecretGrace,
+		Logger:      logger,
+	}
+}
+
+// Mounter is what the API mounts on: *opsserver.Server, *http.ServeMux.
+type Mounter interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// Mount mounts /api/v1/ and GET /openapi.json on m when cfg.Token is set,
+// and reports whether it did. m may be nil (HTTP_ADDR empty): nothing to
+// mount on.
+func Mount(m Mounter, cfg Config) bool {
+	if m == nil || cfg.Token == "" {
+		return false
+	}
+	a := newAPI(cfg)
+	m.Handle("/api/v1/", a)
+	m.Handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
+	a.log.Info("admin API mounted", "paths", "/api/v1/, /openapi.json")
+	return true
+}
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(api.OpenAPI)
+}
+
+type adminAPI struct {
+	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
+	tokenDigest [sha256.Size]byte
+	pool        *pgxpool.Pool
+	subs        *webhook.SubscriptionStore
+	deliveries  *webhook.DeliveryStore
+	log         *slog.Logger
+	routes      *http.ServeMux
+}
+
+func newAPI(cfg Config) *adminAPI {
+	a := &adminAPI{
+		tokenDigest: sha256.Sum256([]byte(cfg.Token)),
+		pool:        cfg.Pool,
+		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
+		log:         cfg.Logger,
+		routes:      http.NewServeMux(),
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	a.log = a.log.With("component", "adminapi")
+	for _, rt := range a.routeTable() {
+		a.routes.Handle(rt.pattern, a.handle(rt.handler))
+	}
+	return a
+}
+
+type route struct {
+	pattern string // http.ServeMux syntax; the OpenAPI document has each
+	handler handlerFunc
+}
+
+// routeTable is every endpoint (a test checks it against api/openapi.json).
+func (a *adminAPI) routeTable() []route {
+	return []route{
+		{"GET /api/v1/outbox/stats", a.outboxStats},
+		{"GET /api/v1/outbox/failed", a.outboxFailed},
+		{"POST /api/v1/outbox/replay", a.outboxReplay},
+		{"GET /api/v1/subscriptions", a.listSubscriptions},
+		{"POST /api/v1/subscriptions", a.createSubscription},
+		{"GET /api/v1/subscriptions/{id}", a.getSubscription},
+		{"PATCH /api/v1/subscriptions/{id}", a.updateSubscription},
+		{"DELETE /api/v1/subscriptions/{id}", a.deleteSubscription},
+		{"POST /api/v1/subscriptions/{id}/rotate-secret", a.rotateSecret},
+		{"POST /api/v1/subscriptions/{id}/enable", a.enableSubscription},
+		{"POST /api/v1/subscriptions/{id}/disable", a.disableSubscription},
+		{"GET /api/v1/deliveries", a.listDeliveries},
+		{"GET /api/v1/deliveries/{id}", a.getDelivery},
+		{"GET /api/v1/deliveries/{id}/attempts", a.deliveryAttempts},
+		{"POST /api/v1/deliveries/revive", a.reviveDeliveries},
+	}
+}
+
+// ServeHTTP authenticates, then routes. Authentication comes first so that
+// without the token every path answers 401 alike: the API's shape is not
+// probed by unauthenticated clients.
+func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if !a.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox-bridge admin API"`)
+		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong bearer token (Authorization: Bearer <ADMIN_TOKEN>)", Field: "Authorization"})
+		return
+	}
+	if _, pattern := a.routes.Handler(r); pattern == "" {
+		a.unrouted(w, r)
+		return
+	}
+	a.routes.ServeHTTP(w, r)
+}
+
+// authorized compares the bearer token with ADMIN_TOKEN in constant time.
+// Both sides are hashed first: subtle.ConstantTimeCompare returns at once on
+// a length mismatch, which would reveal the token's length.
+func (a *adminAPI) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], a.tokenDigest[:]) == 1
+}
+
+// unrouted answers a request no pattern matches in JSON: 405 (with Allow)
+// when the path exists for other methods, else 404. The mux decides which;
+// its answer is captured and translated.
+func (a *adminAPI) unrouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := a.routes.Handler(r)
+	c := &captureWriter{header: http.Header{}}
+	h.ServeHTTP(c, r)
+	switch {
+	case c.status == http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", c.header.Get("Allow"))
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " is not allowed here (allowed: " + c.header.Get("Allow") + ")"})
+	case c.status >= 300 && c.status < 400:
+		// The mux redirects unclean paths (/api/v1//x) to their clean form.
+		w.Header().Set("Location", c.header.Get("Location"))
+		w.WriteHeader(c.status)
+	default:
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint: " + r.URL.Path + " (see /openapi.json)"})
+	}
+}
+
+type captureWriter struct {
+	header http.Header
+	status int
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (c *captureWriter) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+}
+
+// handlerFunc is an endpoint: it writes its success itself and returns the
+// error to answer otherwise.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (a *adminAPI) handle(f handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		err := f(rec, r)
+		if err != nil {
+			a.writeError(rec, r, err)
+		}
+		if r.Method != http.MethodGet && rec.status < 500 {
+			a.log.InfoContext(r.Context(), "admin API request", "method", r.Method, "path", r.URL.Path, "status", rec.status)
+		}
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+	s.ResponseWriter.WriteHeader(status)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// apiError is an answer other than success.
+type apiError struct {
+	Status  int
+	Field   string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(field, message string) error {
+	return &apiError{Status: http.StatusBadRequest, Field: field, Message: message}
+}
+
+// errorBody is every error's JSON.
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// storeFields maps the stores' field names (the CLI's flag names) to the
+// API's JSON names.
+var storeFields = map[string]string{
+	"event-types":     "event_types",
+	"subscription id": "id",
+	"after":           "cursor",
+}
+
+func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	var ve *webhook.ValidationError
+	switch {
+	case errors.As(err, &ae):
+		writeJSON(w, ae.Status, errorBody{Error: ae.Message, Field: ae.Field})
+	case errors.As(err, &ve):
+		field := ve.Field
+		if f, ok := storeFields[field]; ok {
+			field = f
+		}
+		msg := ve.Problem
+		if ve.Value != "" {
+			msg = strings.TrimSpace(ve.Value) + ": " + ve.Problem
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: msg, Field: field})
+	case errors.Is(err, webhook.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "id"})
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads an answer.
+		a.log.DebugContext(r.Context(), "admin API request cancelled", "method", r.Method, "path", r.URL.Path)
+	default:
+		a.log.ErrorContext(r.Context(), "admin API request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal error (logged by the bridge)"})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error (response encoding)"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// list is every list's answer.
+type list[T any] struct {
+	Items []T `json:"items"`
+	// NextCursor fetches the next page; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}

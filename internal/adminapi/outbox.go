@@ -1,0 +1,150 @@
+package adminapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/relay"
+)
+
+// maxIDs bounds the ids of one replay or revive request, so one request is
+// one statement of bounded cost.
+const maxIDs = 10000
+
+func (a *adminAPI) outboxStats(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	st, err := relay.ReadStats(r.Context(), a.pool)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
+	q, err := query(r, "topic", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	limit, err := parseLimit(q)
+	if err != nil {
+		return err
+	}
+	var after int64
+	if pos, err := decodeCursor(q, cursorFailed); err != nil {
+		return err
+	} else if pos != "" {
+		if after, err = strconv.ParseInt(pos, 10, 64); err != nil || after < 0 {
+			return badRequest("cursor", "is not a next_cursor returned by this list")
+		}
+	}
+	rows, err := a.pool.Query(r.Context(), listFailedPageSQL, q.Get("topic"), after, limit+1)
+	if err != nil {
+		return fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (relay.FailedRow, error) {
+		var f relay.FailedRow
+		err := r.Scan(&f.ID, &f.Seq, &f.AssetSeq, &f.Topic, &f.AssetID, &f.EventType, &f.Attempts, &f.LastError, &f.CreatedAt, &f.FailedAt)
+		return f, err
+	})
+	if err != nil {
+		return fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	page := list[relay.FailedRow]{Items: items}
+	if page.Items == nil {
+		page.Items = []relay.FailedRow{}
+	}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		page.NextCursor = encodeCursor(cursorFailed, strconv.FormatInt(items[limit-1].Seq, 10))
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+type replayRequest struct {
+	IDs       []string `json:"ids"`
+	AllFailed bool     `json:"all_failed"`
+	Topic     *string  `json:"topic"`
+	Since     *string  `json:"since"`
+}
+
+type replayResponse struct {
+	Replayed int64 `json:"replayed"`
+}
+
+func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	var req replayRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	switch {
+	case req.IDs == nil && !req.AllFailed:
+		return badRequest("ids", `give "ids" (FAILED row ids) or "all_failed": true`)
+	case req.IDs != nil && req.AllFailed:
+		return badRequest("all_failed", `give either "ids" or "all_failed", not both`)
+	case req.IDs != nil && req.Topic != nil:
+		return badRequest("topic", `"topic" only narrows "all_failed"`)
+	case req.IDs != nil && req.Since != nil:
+		return badRequest("since", `"since" only narrows "all_failed"`)
+	}
+	var n int64
+	var err error
+	if req.AllFailed {
+		var topic string
+		var since time.Duration
+		if req.Topic != nil {
+			if err := checkText("topic", *req.Topic); err != nil {
+				return err
+			}
+			topic = *req.Topic
+		}
+		if req.Since != nil {
+			since, err = time.ParseDuration(*req.Since)
+			if err != nil || since <= 0 {
+				return badRequest("since", fmt.Sprintf("%q is not a positive Go duration (e.g. 90m, 2h)", *req.Since))
+			}
+		}
+		n, err = relay.ReplayAllFailed(r.Context(), a.pool, topic, since)
+	} else {
+		ids, verr := parseUUIDs(req.IDs)
+		if verr != nil {
+			return verr
+		}
+		n, err = relay.ReplayIDs(r.Context(), a.pool, ids)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, replayResponse{Replayed: n})
+	return nil
+}
+
+// parseUUIDs checks every id before anything is written.
+func parseUUIDs(in []string) ([]uuid.UUID, error) {
+	if len(in) == 0 {
+		return nil, badRequest("ids", "must list at least one id")
+	}
+	if len(in) > maxIDs {
+		return nil, badRequest("ids", fmt.Sprintf("lists %d ids; at most %d per request", len(in), maxIDs))
+	}
+	out := make([]uuid.UUID, len(in))
+	for i, s := range in {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("ids[%d]", i), fmt.Sprintf("%q is not a UUID", s))
+		}
+		out[i] = id
+	}
+	return out, nil
+}

@@ -1,0 +1,245 @@
+package adminapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/webhook"
+)
+
+// subscriptionRequest is the body of create (url and event_types required)
+// and update (any subset; absent or null leaves a field unchanged, an empty
+// topic clears the topic filter).
+type subscriptionRequest struct {
+	URL         *string  `json:"url"`
+	EventTypes  []string `json:"event_types"`
+	Topic       *string  `json:"topic"`
+	Description *string  `json:"description"`
+}
+
+func (req subscriptionRequest) input() (webhook.SubscriptionInput, error) {
+	for _, f := range []struct {
+		name  string
+		value *string
+	}{{"url", req.URL}, {"topic", req.Topic}, {"description", req.Description}} {
+		if f.value != nil {
+			if err := checkText(f.name, *f.value); err != nil {
+				return webhook.SubscriptionInput{}, err
+			}
+		}
+	}
+	for _, t := range req.EventTypes {
+		if err := checkText("event_types", t); err != nil {
+			return webhook.SubscriptionInput{}, err
+		}
+	}
+	return webhook.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}, nil
+}
+
+// withoutSecret is the only shape a subscription leaves the API in, except
+// the answers to create and rotate-secret.
+func withoutSecret(s *webhook.Subscription) *webhook.Subscription {
+	s.Secret = ""
+	return s
+}
+
+// listSubscriptions pages the subscriptions oldest first. The store reads
+// them all (there is one per endpoint: tens to thousands, not millions) and
+// the page is cut here; the cursor is the (created_at, id) of the last row
+// shown, the store's own order, so rows created or deleted between two
+// requests neither repeat nor hide the others.
+func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) error {
+	q, err := query(r, "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	limit, err := parseLimit(q)
+	if err != nil {
+		return err
+	}
+	pos, err := decodeCursor(q, cursorSubscriptions)
+	if err != nil {
+		return err
+	}
+	var afterAt time.Time
+	var afterID string
+	if pos != "" {
+		nanos, id, ok := strings.Cut(pos, "/")
+		n, perr := strconv.ParseInt(nanos, 10, 64)
+		if _, iderr := webhook.ParseID(id); !ok || perr != nil || iderr != nil {
+			return badRequest("cursor", "is not a next_cursor returned by this list")
+		}
+		afterAt, afterID = time.Unix(0, n), id
+	}
+	subs, err := a.subs.List(r.Context())
+	if err != nil {
+		return err
+	}
+	start := 0
+	if pos != "" {
+		for start < len(subs) && !after(subs[start], afterAt, afterID) {
+			start++
+		}
+	}
+	page := list[webhook.Subscription]{Items: []webhook.Subscription{}}
+	for i := start; i < len(subs) && len(page.Items) < limit; i++ {
+		page.Items = append(page.Items, *withoutSecret(&subs[i]))
+	}
+	if start+limit < len(subs) {
+		last := page.Items[len(page.Items)-1]
+		page.NextCursor = encodeCursor(cursorSubscriptions, strconv.FormatInt(last.CreatedAt.UnixNano(), 10)+"/"+last.ID)
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+// after reports whether s sorts after (at, id) in the store's order
+// (created_at, id); uuid order in PostgreSQL is the order of their
+// lowercase text.
+func after(s webhook.Subscription, at time.Time, id string) bool {
+	if !s.CreatedAt.Equal(at) {
+		return s.CreatedAt.After(at)
+	}
+	return s.ID > id
+}
+
+func (a *adminAPI) createSubscription(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	var req subscriptionRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	in, err := req.input()
+	if err != nil {
+		return err
+	}
+	if in.EventTypes == nil {
+		return badRequest("event_types", "is required: exact names, prefix.* wildcards or *")
+	}
+	sub, err := a.subs.Create(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/subscriptions/"+sub.ID)
+	writeJSON(w, http.StatusCreated, sub)
+	return nil
+}
+
+func (a *adminAPI) getSubscription(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	sub, err := a.subs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withoutSecret(sub))
+	return nil
+}
+
+func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	id, err := webhook.ParseID(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var req subscriptionRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	in, err := req.input()
+	if err != nil {
+		return err
+	}
+	if in.URL == nil && in.EventTypes == nil && in.Topic == nil && in.Description == nil {
+		return badRequest("body", "nothing to update: give at least one of url, event_types, topic, description")
+	}
+	sub, err := a.subs.Update(r.Context(), id, in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withoutSecret(sub))
+	return nil
+}
+
+func (a *adminAPI) deleteSubscription(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	if err := a.subs.Delete(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *adminAPI) rotateSecret(w http.ResponseWriter, r *http.Request) error {
+	if err := noInput(w, r); err != nil {
+		return err
+	}
+	sub, err := a.subs.RotateSecret(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sub)
+	return nil
+}
+
+func (a *adminAPI) enableSubscription(w http.ResponseWriter, r *http.Request) error {
+	if err := noInput(w, r); err != nil {
+		return err
+	}
+	sub, err := a.subs.Enable(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withoutSecret(sub))
+	return nil
+}
+
+type disableRequest struct {
+	Reason *string `json:"reason"`
+}
+
+func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	id, err := webhook.ParseID(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var req disableRequest
+	if err := decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	var reason string
+	if req.Reason != nil {
+		if err := checkText("reason", *req.Reason); err != nil {
+			return err
+		}
+		reason = *req.Reason
+	}
+	sub, err := a.subs.Disable(r.Context(), id, reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withoutSecret(sub))
+	return nil
+}
+
+// noInput checks a request that takes neither query nor body: an empty body
+// or {} is accepted, anything else is a field the endpoint does not know.
+func noInput(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	var none struct{}
+	return decodeBody(w, r, &none, true)
+}
