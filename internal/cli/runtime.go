@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
@@ -197,6 +198,8 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			Checks:  checks,
 			Logger:  logger,
 		})
+		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
+		adminapi.Mount(rt.Ops, adminapi.FromConfig(cfg, rt.Pool, logger))
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}
