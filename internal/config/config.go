@@ -131,15 +131,19 @@ func (c Kafka) Validate(requireBrokers bool) error {
 // HTTP configures the operational HTTP server (health, metrics, admin API).
 type HTTP struct {
 	// HTTP_ADDR: listen address for /healthz, /readyz, /metrics and the admin
-	// API. Empty disables the server. Default 127.0.0.1:8080.
+	// API; "off" disables the server. Default 127.0.0.1:8080.
 	Addr string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	// ADMIN_TOKEN: bearer token for the admin API; empty serves only health
 	// and metrics.
 	AdminToken string `env:"ADMIN_TOKEN" secret:"value"`
 }
 
+// HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
+// value cannot: the env library applies the default to it).
+const HTTPOff = "off"
+
 func (c HTTP) validate() error {
-	if c.Addr == "" {
+	if c.Addr == "" || c.Addr == HTTPOff {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
@@ -382,6 +386,9 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if cfg.HTTP.Addr == HTTPOff {
+		cfg.HTTP.Addr = ""
 	}
 	for i, b := range cfg.Kafka.Brokers {
 		cfg.Kafka.Brokers[i] = strings.TrimSpace(b)

@@ -131,6 +131,13 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		// default, and a send that never returns can never be counted
 		// (HARD-PARTS 4).
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
+		// Without this, franz-go refuses to fail a record already in flight
+		// (it cannot tell "never received" from "written, reply lost") and
+		// waits for the broker to come back: with every broker gone the
+		// relay would hang inside produce, never see the outage, and not
+		// drain on SIGTERM. The price is a possible duplicate when the
+		// record is sent again — the same dedup-id, which consumers dedup on.
+		kgo.AllowIdempotentProduceCancellation(),
 		kgo.ProduceRequestTimeout(min(cfg.ProduceTimeout, 30*time.Second)),
 		// The relay waits for a whole batch of acks per cycle; a short linger
 		// keeps the commit→ack latency low without giving up batching.

@@ -315,6 +315,8 @@ func TestBrokerOutageChargesNothing(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxAttempts = 2 // an outage that charged attempts would park rows fast
 	cfg.ProduceTimeout = time.Second
+	var outages atomic.Int64
+	cfg.Metrics = outageCounter{&outages}
 	b.startRelay(cfg)
 
 	var down atomic.Bool
@@ -349,6 +351,11 @@ func TestBrokerOutageChargesNothing(t *testing.T) {
 	c := b.countStatus()
 	if charged != 0 || c["FAILED"] != 0 {
 		t.Fatalf("during the outage: %d attempts charged, %v", charged, c)
+	}
+	// The relay saw the outage (its produce attempts returned and were
+	// classified), rather than hanging inside produce.
+	if outages.Load() == 0 {
+		t.Fatal("the relay never reported an outage while the broker was down")
 	}
 	down.Store(false)
 	returned := time.Now()
@@ -641,3 +648,15 @@ func TestRecordShape(t *testing.T) {
 }
 
 var _ = kgo.Record{}
+
+// outageCounter counts the relay's outage reports.
+type outageCounter struct{ n *atomic.Int64 }
+
+func (outageCounter) Produced(string, time.Duration) {}
+func (outageCounter) AttemptCharged(string)          {}
+func (outageCounter) Parked(string, string)          {}
+func (o outageCounter) Outage(active bool) {
+	if active {
+		o.n.Add(1)
+	}
+}
