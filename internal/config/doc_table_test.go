@@ -1,0 +1,166 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite README.md's configuration table from config.go")
+
+const (
+	tableStart = "<!-- config-table:start -->"
+	tableEnd   = "<!-- config-table:end -->"
+)
+
+// TestREADMEConfigTable fails when README.md's configuration table is not
+// what config.go's tags and comments generate. -update rewrites it (only
+// the text between the markers).
+func TestREADMEConfigTable(t *testing.T) {
+	readme := filepath.Join("..", "..", "README.md")
+	raw, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	i, j := strings.Index(text, tableStart), strings.Index(text, tableEnd)
+	if i < 0 || j < i || strings.Count(text, tableStart) != 1 || strings.Count(text, tableEnd) != 1 {
+		t.Fatalf("README.md needs exactly one %s … %s pair, in that order", tableStart, tableEnd)
+	}
+	table, err := MarkdownTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := text[:i+len(tableStart)] + "\n" + table + text[j:]
+	if want == text {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(readme, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("README.md configuration table rewritten")
+		return
+	}
+	got := text[i+len(tableStart) : j]
+	t.Fatalf("README.md's configuration table differs from internal/config/config.go.\n"+
+		"Regenerate it with:\n\n    go test ./internal/config -run TestREADMEConfigTable -update\n\n"+
+		"first difference:\n%s", firstDiff(got, "\n"+table))
+}
+
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for k := 0; k < max(len(g), len(w)); k++ {
+		var gl, wl string
+		if k < len(g) {
+			gl = g[k]
+		}
+		if k < len(w) {
+			wl = w[k]
+		}
+		if gl != wl {
+			return "  README:    " + gl + "\n  generated: " + wl
+		}
+	}
+	return "(whitespace only)"
+}
+
+// Every variable Load reads is documented, once, with a description.
+func TestDocsCoverEveryVar(t *testing.T) {
+	t.Parallel()
+	comps, err := Docs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, c := range comps {
+		if c.Doc == "" {
+			t.Errorf("component %s has no struct comment", c.Name)
+		}
+		for _, v := range c.Vars {
+			documented = append(documented, v.Var)
+			if v.Description == "" || strings.HasPrefix(v.Description, v.Var) {
+				t.Errorf("%s: description %q", v.Var, v.Description)
+			}
+		}
+	}
+	vars := Vars()
+	sort.Strings(documented)
+	sort.Strings(vars)
+	if !slices.Equal(documented, vars) {
+		t.Fatalf("documented %v\nVars()     %v", documented, vars)
+	}
+}
+
+func TestDocsDetails(t *testing.T) {
+	t.Parallel()
+	comps, err := Docs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byVar := map[string]VarDoc{}
+	for _, c := range comps {
+		for _, v := range c.Vars {
+			byVar[v.Var] = v
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		def      string
+		required bool
+		desc     string
+	}{
+		{"DATABASE_URL", "", true, "PostgreSQL connection string (URL or key=value form)."},
+		{"LOG_LEVEL", "info", false, "Debug, info, warn or error."},
+		// A field sharing the comment above it.
+		{"KAFKA_TLS_KEY_FILE", "", false, "Client certificate for mTLS."},
+		{"KAFKA_SASL_PASSWORD", "", false, "SASL credentials."},
+		{"RELAY_MAX_ATTEMPTS", "10", false, "Failed sends that belong to a row before it is parked as FAILED."},
+	} {
+		v := byVar[tc.name]
+		if v.Default != tc.def || v.Required != tc.required || v.Description != tc.desc {
+			t.Errorf("%s: %+v, want default %q required %v description %q", tc.name, v, tc.def, tc.required, tc.desc)
+		}
+	}
+}
+
+// A variable without a comment is an error, not an empty cell.
+func TestDocsRefuseUncommentedField(t *testing.T) {
+	t.Parallel()
+	src := strings.Replace(configSource, "	// DATABASE_MAX_CONNS: pool size. Default 10.\n", "", 1)
+	if src == configSource {
+		t.Fatal("test fixture: DATABASE_MAX_CONNS comment not found in config.go")
+	}
+	if _, err := docsFrom(src); err == nil || !strings.Contains(err.Error(), "DATABASE_MAX_CONNS") {
+		t.Fatalf("docsFrom without a comment: %v", err)
+	}
+}
+
+// TracingVars covers every OTEL_* variable internal/tracing names.
+func TestTracingVarsMatchTracing(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("..", "tracing", "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("internal/tracing sources: %v", err)
+	}
+	re := regexp.MustCompile(`"(OTEL_[A-Z_]+)"`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			if !slices.Contains(TracingVars, m[1]) {
+				t.Errorf("%s reads %s; add it to config.TracingVars", f, m[1])
+			}
+		}
+	}
+}
