@@ -145,7 +145,11 @@ func TestClaimHoldsLaterEventBehindEarlierWaitingToRetry(t *testing.T) {
 		t.Fatalf("claimed %v while the stream's head waits to retry; the later event must wait", ids(got))
 	}
 	// The retry comes due: the head goes out, and only then the second.
+	// (Time passing, in SQL: the retry time and its stream's ready_at.)
 	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET next_attempt_at = now() WHERE id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.delivery_streams SET ready_at = now(), gen = gen + 1`); err != nil {
 		t.Fatal(err)
 	}
 	cs = claimOnce(t, b, "w", 10)

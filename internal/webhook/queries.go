@@ -95,94 +95,128 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 //
 // The race it prevents: two workers each check "no earlier delivery of (S, X)
 // is pending or delivering", both see none, both claim, and two of X's events
-// reach S at once, in either order (HARD-PARTS 6). Here the sibling check, the
-// row lock and the update are one statement. A head H of stream (S, X) is the
-// lowest-seq open row; a second worker whose snapshot predates the first
-// worker's commit sees H still pending, so it tries only H — locked, SKIP
-// LOCKED skips it — and not H's successor, whose check finds H open. One whose
-// snapshot follows the commit sees H delivering and skips the whole stream. If
-// the lock is taken after the first worker committed, PostgreSQL re-checks the
+// reach S at once, in either order (HARD-PARTS 6). Here the head lookup, the
+// row lock and the update are one statement. The head H of stream (S, X) is
+// its lowest-seq open row. A second worker whose snapshot predates the first
+// worker's commit also sees H as the head and pending, so it tries only H —
+// locked: SKIP LOCKED skips it — never H's successor. One whose snapshot
+// follows the commit sees H delivering and skips the stream. If the lock is
+// taken just after the first worker committed, PostgreSQL re-checks the
 // locked row's status (EvalPlanQual) and drops it.
 //
-// The second probe (nothing of the stream in flight) matters for a revived
-// row: it reopens in front of a stream whose later row may be in flight right
-// now. The probes are scalar subqueries rather than NOT EXISTS on purpose:
-// PostgreSQL turns NOT EXISTS into an anti-join, and on a table whose
-// statistics lag (a fresh backlog) it chose one that scanned the whole
-// subscription's open rows per candidate (80 ms per claim); a scalar subquery
-// stays a per-row probe with every column in the index condition. They are
-// written "coalesce(…, 0) <> 1" rather than "IS NULL" because the planner
-// estimates an unknown IS NULL as very selective and then reads every
-// pending row of the subscription and sorts them; "<>" is estimated as
-// non-selective, so it walks deliveries_pending_due in seq order and stops at
-// the LIMIT.
+// "Nothing in flight" (busy) matters for a revived row, which reopens in front
+// of a stream whose later row may be in flight right now.
 //
-// The null asset is one stream: the coalesce of asset_id to the empty string
-// matches NULL with NULL (as IS NOT DISTINCT FROM would) and is the expression
-// the deliveries_open_by_stream and deliveries_in_flight_by_stream indexes
-// are built on, so each sibling probe is one index lookup and the claim costs
-// what its batch costs, not the backlog.
+// Which streams to look at comes from bridge.delivery_streams (migration
+// 00005): only those whose ready_at has come, per enabled subscription oldest
+// first, at most what the subscription can take plus 8. The cost follows the
+// batch, not the backlog: a stream whose head waits for a retry, or is in
+// flight to a slow endpoint, is not looked at until something changes. A
+// stream looked at and found not claimable is pushed back (parked) to when it
+// might be — its head's next_attempt_at, or 'infinity' while it is in flight
+// or empty — but only if its gen is still the one read: anything that makes a
+// stream claimable sooner bumps gen, so a park never hides a claimable head.
+// Claimed streams go to 'infinity' until their outcome, release or reclaim.
 //
-// Fairness: one LATERAL per enabled subscription takes at most its free slots
-// ($2 minus what it has in flight: WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION), and
-// the batch ($3) is filled round-robin — every subscription's first head, by
-// age, before any subscription's second — so one busy subscription cannot
-// take every worker.
+// The null asset is one stream: asset_key and the probes use the coalesce of
+// asset_id to the empty string (as IS NOT DISTINCT FROM would match NULL with
+// NULL), the expression deliveries_open_by_stream and
+// deliveries_in_flight_by_stream are built on.
+//
+// Fairness: each enabled subscription takes at most its free slots ($2, the
+// per-subscription cap, minus what it has in flight), and the batch ($3) is
+// filled round-robin — every subscription's first head before any
+// subscription's second — so one busy subscription cannot take every worker.
 //
 // The attempt is charged here, at claim: a worker killed mid-request has
 // still sent it.
 const claimSQL = `
-WITH heads AS (
-  SELECT h.id, h.subscription_id, h.seq
+WITH subs AS (
+  SELECT s.id,
+         greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
+                                WHERE g.subscription_id = s.id AND g.status = 'delivering'))::int AS free
   FROM bridge.subscriptions s
-  CROSS JOIN LATERAL (
-    SELECT d.id, d.subscription_id, d.seq
-    FROM bridge.deliveries d
-    WHERE d.subscription_id = s.id
-      AND d.status = 'pending'
-      AND d.next_attempt_at <= now()
-      AND coalesce((
-        SELECT 1 FROM bridge.deliveries e
-        WHERE e.subscription_id = d.subscription_id
-          AND coalesce(e.asset_id, '') = coalesce(d.asset_id, '')
-          AND e.seq < d.seq
-          AND e.status IN ('pending', 'delivering')
-        LIMIT 1), 0) <> 1
-      AND coalesce((
-        SELECT 1 FROM bridge.deliveries f
-        WHERE f.subscription_id = d.subscription_id
-          AND coalesce(f.asset_id, '') = coalesce(d.asset_id, '')
-          AND f.status = 'delivering'
-        LIMIT 1), 0) <> 1
-    ORDER BY d.seq
-    LIMIT least($3::int, greatest(0, $2::int - (
-      SELECT count(*) FROM bridge.deliveries g
-      WHERE g.subscription_id = s.id AND g.status = 'delivering')))
-    FOR UPDATE OF d SKIP LOCKED
-  ) h
   WHERE s.enabled
+),
+ready AS (
+  SELECT r.subscription_id, r.asset_key, r.gen, subs.free
+  FROM subs
+  CROSS JOIN LATERAL (
+    SELECT st.subscription_id, st.asset_key, st.gen
+    FROM bridge.delivery_streams st
+    WHERE st.subscription_id = subs.id AND st.ready_at <= now()
+    ORDER BY st.ready_at
+    LIMIT least($3::int, subs.free) + 8
+  ) r
+),
+heads AS (
+  SELECT r.subscription_id, r.asset_key, r.gen, r.free, h.id, h.seq, h.status, h.next_attempt_at,
+         coalesce((SELECT 1 FROM bridge.deliveries f
+                   WHERE f.subscription_id = r.subscription_id
+                     AND coalesce(f.asset_id, '') = r.asset_key
+                     AND f.status = 'delivering'
+                   LIMIT 1), 0) = 1 AS busy
+  FROM ready r
+  LEFT JOIN LATERAL (
+    SELECT d.id, d.seq, d.status, d.next_attempt_at
+    FROM bridge.deliveries d
+    WHERE d.subscription_id = r.subscription_id
+      AND coalesce(d.asset_id, '') = r.asset_key
+      AND d.status IN ('pending', 'delivering')
+    ORDER BY d.seq
+    LIMIT 1
+  ) h ON true
 ),
 picked AS (
   SELECT id FROM (
-    SELECT id, seq, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
+    SELECT id, seq, free, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
     FROM heads
-  ) r
+    WHERE status = 'pending' AND next_attempt_at <= now() AND NOT busy
+  ) c
+  WHERE turn <= free
   ORDER BY turn, seq
   LIMIT $3
+),
+locked AS (
+  SELECT d.id FROM bridge.deliveries d
+  WHERE d.id IN (SELECT id FROM picked) AND d.status = 'pending'
+  FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+  UPDATE bridge.deliveries d
+  SET status = 'delivering',
+      attempts = d.attempts + 1,
+      lease_expires_at = now() + $4::interval,
+      claimed_by = $1
+  FROM locked l
+  WHERE d.id = l.id
+  RETURNING d.*
+),
+taken AS (
+  UPDATE bridge.delivery_streams st SET ready_at = 'infinity'
+  FROM claimed c
+  WHERE st.subscription_id = c.subscription_id AND st.asset_key = coalesce(c.asset_id, '')
+),
+parked AS (
+  UPDATE bridge.delivery_streams st
+  SET ready_at = CASE WHEN h.id IS NULL OR h.busy OR h.status = 'delivering' THEN 'infinity'
+                      ELSE h.next_attempt_at END
+  FROM heads h
+  WHERE st.subscription_id = h.subscription_id AND st.asset_key = h.asset_key AND st.gen = h.gen
+    AND (h.id IS NULL OR h.busy OR h.status = 'delivering' OR h.next_attempt_at > now())
 )
-UPDATE bridge.deliveries d
-SET status = 'delivering',
-    attempts = d.attempts + 1,
-    lease_expires_at = now() + $4::interval,
-    claimed_by = $1
-FROM picked p, bridge.subscriptions s
-WHERE d.id = p.id AND s.id = d.subscription_id
-RETURNING d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
-          d.payload::text, d.event_created_at, coalesce(d.traceparent, ''), coalesce(d.tracestate, ''),
-          d.attempts, s.url,
-          ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
-                WHERE k.subscription_id = d.subscription_id AND (k.expires_at IS NULL OR k.expires_at > now())
-                ORDER BY k.id DESC)`
+SELECT c.id, c.seq, c.subscription_id::text, c.event_id, c.event_type, c.topic, c.asset_id, c.asset_seq,
+       c.payload::text, c.event_created_at, coalesce(c.traceparent, ''), coalesce(c.tracestate, ''),
+       c.attempts, s.url,
+       ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
+             WHERE k.subscription_id = c.subscription_id AND (k.expires_at IS NULL OR k.expires_at > now())
+             ORDER BY k.id DESC)
+FROM claimed c JOIN bridge.subscriptions s ON s.id = c.subscription_id
+ORDER BY c.seq`
+
+// Every statement below that can make a stream's head claimable sooner —
+// an outcome, a release, a reclaim, a revive — also sets the stream's
+// ready_at no later than that and bumps its gen (see claimSQL).
 
 // reclaimStalledSQL returns deliveries whose lease ran out (their worker died
 // or hung) so their streams move again. The attempt is kept: the request may
@@ -191,36 +225,57 @@ RETURNING d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topi
 // time must not loop — but does not count against the endpoint, which never
 // answered.
 const reclaimStalledSQL = `
-UPDATE bridge.deliveries d
-SET status = CASE WHEN d.attempts >= $2 THEN 'dead' ELSE 'pending' END,
-    dead_at = CASE WHEN d.attempts >= $2 THEN now() ELSE d.dead_at END,
-    next_attempt_at = now(),
-    last_error = 'lease expired while in flight (worker ' || coalesce(d.claimed_by, '?') || ' stopped or hung)',
-    lease_expires_at = NULL,
-    claimed_by = NULL
-WHERE d.id IN (
-  SELECT id FROM bridge.deliveries
-  WHERE status = 'delivering' AND lease_expires_at < now()
-  ORDER BY lease_expires_at
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED)
-RETURNING d.id, d.status`
+WITH r AS (
+  UPDATE bridge.deliveries d
+  SET status = CASE WHEN d.attempts >= $2 THEN 'dead' ELSE 'pending' END,
+      dead_at = CASE WHEN d.attempts >= $2 THEN now() ELSE d.dead_at END,
+      next_attempt_at = now(),
+      last_error = 'lease expired while in flight (worker ' || coalesce(d.claimed_by, '?') || ' stopped or hung)',
+      lease_expires_at = NULL,
+      claimed_by = NULL
+  WHERE d.id IN (
+    SELECT id FROM bridge.deliveries
+    WHERE status = 'delivering' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+  RETURNING d.id, d.status, d.subscription_id, coalesce(d.asset_id, '') AS asset_key
+),
+st AS (
+  UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, now()), gen = st.gen + 1
+  FROM (SELECT DISTINCT subscription_id, asset_key FROM r) x
+  WHERE st.subscription_id = x.subscription_id AND st.asset_key = x.asset_key
+)
+SELECT id, status FROM r`
 
 // releaseSQL gives one claim back without charging its attempt (shutdown
 // before the request went out or finished): a rolling restart must not look
 // like a failing endpoint.
 const releaseSQL = `
-UPDATE bridge.deliveries
-SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
-WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'`
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
+  WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
+  RETURNING subscription_id, coalesce(asset_id, '') AS asset_key
+)
+UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, now()), gen = st.gen + 1
+FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key`
 
 // releaseAllSQL gives back everything a deliverer still holds at the end of
 // its shutdown.
 const releaseAllSQL = `
-UPDATE bridge.deliveries
-SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
-WHERE claimed_by = $1 AND status = 'delivering'
-RETURNING id`
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
+  WHERE claimed_by = $1 AND status = 'delivering'
+  RETURNING id, subscription_id, coalesce(asset_id, '') AS asset_key
+),
+st AS (
+  UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, now()), gen = st.gen + 1
+  FROM (SELECT DISTINCT subscription_id, asset_key FROM d) x
+  WHERE st.subscription_id = x.subscription_id AND st.asset_key = x.asset_key
+)
+SELECT count(*) FROM d`
 
 // Outcomes. Each moves the delivery (and its subscription) in one statement;
 // the delivery moves only while this worker's claim (claimed_by, attempts) is
@@ -241,11 +296,15 @@ WITH d AS (
   SET status = 'delivered', delivered_at = now(), lease_expires_at = NULL, claimed_by = NULL,
       last_status_code = $4, last_error = NULL
   WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
-  RETURNING subscription_id
+  RETURNING subscription_id, coalesce(asset_id, '') AS asset_key
 ),
 s AS (
   UPDATE bridge.subscriptions s SET consecutive_failures = 0, updated_at = now()
   FROM d WHERE s.id = d.subscription_id AND s.consecutive_failures <> 0
+),
+st AS (
+  UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, now()), gen = st.gen + 1
+  FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key
 )
 SELECT count(*) FROM d`
 
@@ -257,7 +316,11 @@ WITH d AS (
   SET status = 'pending', next_attempt_at = now() + $6::interval, lease_expires_at = NULL, claimed_by = NULL,
       last_status_code = $4, last_error = nullif($5, '')
   WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
-  RETURNING id
+  RETURNING subscription_id, coalesce(asset_id, '') AS asset_key, next_attempt_at
+),
+st AS (
+  UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, d.next_attempt_at), gen = st.gen + 1
+  FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key
 )
 SELECT count(*) FROM d`
 
@@ -274,7 +337,11 @@ WITH d AS (
   SET status = 'dead', dead_at = now(), lease_expires_at = NULL, claimed_by = NULL,
       last_status_code = $4, last_error = nullif($5, '')
   WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'delivering'
-  RETURNING subscription_id
+  RETURNING subscription_id, coalesce(asset_id, '') AS asset_key
+),
+st AS (
+  UPDATE bridge.delivery_streams st SET ready_at = least(st.ready_at, now()), gen = st.gen + 1
+  FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key
 ),
 s AS (
   UPDATE bridge.subscriptions s
@@ -301,16 +368,32 @@ SELECT (SELECT count(*) FROM d), coalesce((SELECT enabled FROM s), true),
 // the endpoint; one attempt left would make the button useless). Revived rows
 // keep their seq, so they go out in their original order.
 const reviveSQL = `
-UPDATE bridge.deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
-WHERE id = ANY($1::bigint[]) AND status = 'dead'
-RETURNING id`
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
+  WHERE id = ANY($1::bigint[]) AND status = 'dead'
+  RETURNING id, seq, subscription_id, coalesce(asset_id, '') AS asset_key
+),
+st AS (
+  INSERT INTO bridge.delivery_streams AS st (subscription_id, asset_key, ready_at)
+  SELECT DISTINCT subscription_id, asset_key, now() FROM d
+  ON CONFLICT (subscription_id, asset_key) DO UPDATE SET ready_at = now(), gen = st.gen + 1
+)
+SELECT id FROM d ORDER BY seq`
 
 const reviveSubscriptionSQL = `
-UPDATE bridge.deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
-WHERE subscription_id = $1 AND status = 'dead'
-RETURNING id`
+WITH d AS (
+  UPDATE bridge.deliveries
+  SET status = 'pending', attempts = 0, next_attempt_at = now(), revived_at = now(), last_error = NULL
+  WHERE subscription_id = $1 AND status = 'dead'
+  RETURNING id, seq, subscription_id, coalesce(asset_id, '') AS asset_key
+),
+st AS (
+  INSERT INTO bridge.delivery_streams AS st (subscription_id, asset_key, ready_at)
+  SELECT DISTINCT subscription_id, asset_key, now() FROM d
+  ON CONFLICT (subscription_id, asset_key) DO UPDATE SET ready_at = now(), gen = st.gen + 1
+)
+SELECT id FROM d ORDER BY seq`
 
 // The log. These queries deliberately leave out payload: the log is
 // the most-run query and must never be a way to read a tenant's history.
