@@ -339,3 +339,56 @@ func sameSet(a, b []int64) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// The streams table is only a hint; these are the moments it must not hide a
+// claimable head.
+func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.createSub(t, "https://a.example/hook")
+	ok := Outcome{StartedAt: time.Now(), StatusCode: 200}
+
+	// Emptied stream: the next claim parks it ('infinity'); an insert wakes it.
+	b.insert(t, s.ID, "x", 1, `{}`)
+	cs := claimOnce(t, b, "w", 10)
+	if _, err := b.store.Complete(ctx, &cs[0], "w", ok); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
+		t.Fatalf("claimed %v from an empty stream", ids(got))
+	}
+	second := b.insert(t, s.ID, "x", 2, `{}`)
+	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != second {
+		t.Fatalf("after an insert into a parked stream claimed %v, want %d", got, second)
+	}
+
+	// In flight with a row behind: the claim parks it; the outcome wakes it.
+	third := b.insert(t, s.ID, "x", 3, `{}`)
+	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
+		t.Fatalf("claimed %v while the stream is in flight", ids(got))
+	}
+	var inFlight Claim
+	inFlight.ID, inFlight.Attempts = second, 1
+	if _, err := b.store.Complete(ctx, &inFlight, "w", ok); err != nil {
+		t.Fatal(err)
+	}
+	cs = claimOnce(t, b, "w", 10)
+	if got := ids(cs); len(got) != 1 || got[0] != third {
+		t.Fatalf("after the outcome claimed %v, want %d", got, third)
+	}
+
+	// Dead, then revived: the revive wakes the stream.
+	if _, err := b.store.Dead(ctx, &cs[0], "w", Outcome{StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500"}, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
+		t.Fatalf("claimed %v from a stream whose only row is dead", ids(got))
+	}
+	if _, err := b.store.Revive(ctx, []int64{third}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != third {
+		t.Fatalf("after revive claimed %v, want %d", got, third)
+	}
+}
