@@ -315,6 +315,9 @@ func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config, n, as
 	if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
 		return 0, err
 	}
+	// One lease for the whole measurement: nothing renews it here, and a
+	// lapsed lease would fence every mark.
+	cfg.LeaseTimeout = time.Hour
 	r := New(pool, nil, cfg)
 	if err := r.lanes.tick(ctx); err != nil {
 		return 0, err
