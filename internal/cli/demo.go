@@ -161,6 +161,11 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if environ["HTTP_ADDR"] == "" {
+		// No ops server unless asked for: port 8080 may well be taken, and
+		// a demo should not fail on it.
+		cfg.HTTP.Addr = ""
+	}
 
 	// Logs: to the caller's logger, or to a file so they do not tear the
 	// progress display.
@@ -268,9 +273,6 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	// worker, not the default 8 (a multi-tenant guard the demo has no use for).
 	def("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", "32")
 	def("OTEL_SERVICE_NAME", "outbox-bridge-demo")
-	if _, set := env["HTTP_ADDR"]; !set {
-		env["HTTP_ADDR"] = "" // no ops server unless asked: port 8080 may be taken
-	}
 	env["CONSUMER_TOPICS"] = topic
 	env["CONSUMER_GROUP"] = group
 	env["WEBHOOK_ALLOW_HTTP"] = "true"

@@ -101,9 +101,11 @@ func plan(topic, runID string, events, assets, poisonBytes int, seed uint64) []t
 		}
 		// Only assets that will not be deleted get middle events, so the
 		// deletions at the end stay the last event of their asset.
-		i := deletions + rng.IntN(assets-deletions)
-		if assets == deletions {
-			i = rng.IntN(assets)
+		var i int
+		if assets > deletions {
+			i = deletions + rng.IntN(assets-deletions)
+		} else {
+			i = rng.IntN(assets) // one asset: it is also the one deleted, last
 		}
 		id := ids[i]
 		switch r := rng.IntN(10); {
