@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -207,7 +209,12 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		ln.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: rcv, ReadHeaderTimeout: 10 * time.Second}
+	// A server span per request, continuing the webhook's traceparent, so
+	// the trace ends in the subscriber's handler.
+	handler := otelhttp.NewHandler(rcv, "demo receiver",
+		otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(string, *http.Request) string { return "demo receiver: verify and check order" }))
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer func() {
 		cctx, cancel := cleanupCtx()
