@@ -1,0 +1,357 @@
+package composetest
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/tracing"
+)
+
+var root = filepath.Join("..", "..")
+
+// bridgeCommands are the compose services that run the bridge image: the
+// command each runs and what that command needs from the configuration
+// (the same config.Needs the CLI passes to config.Load).
+var bridgeCommands = map[string]config.Needs{
+	"migrate": {Database: true},
+	"relay":   {Database: true, Kafka: true},
+	"consume": {Database: true, Kafka: true, Topics: true},
+	"deliver": {Database: true},
+}
+
+// required are the variables each bridge service must set itself (the
+// rest have defaults).
+var required = map[string][]string{
+	"migrate": {"DATABASE_URL"},
+	"relay":   {"DATABASE_URL", "KAFKA_BROKERS"},
+	"consume": {"DATABASE_URL", "KAFKA_BROKERS", "CONSUMER_TOPICS"},
+	"deliver": {"DATABASE_URL"},
+}
+
+// load reads docker-compose.yml as `docker compose` would, interpolating
+// from env only: the test's own environment (DATABASE_URL of the CI
+// services, say) must not leak into what is checked.
+func load(t *testing.T, env map[string]string) *types.Project {
+	t.Helper()
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := types.ConfigDetails{
+		WorkingDir:  abs,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(abs, "docker-compose.yml")}},
+		Environment: types.Mapping(env),
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+		o.SetProjectName("outbox-bridge", true)
+	})
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load (schema or consistency): %v", err)
+	}
+	return p
+}
+
+func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
+	t.Helper()
+	s, err := p.GetService(name)
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return s
+}
+
+// environment is a service's variables; a variable listed without a value
+// (taken from the host) maps to "" and is reported as unset.
+func environment(s types.ServiceConfig) map[string]string {
+	out := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+func TestComposeServices(t *testing.T) {
+	t.Parallel()
+	p := load(t, nil)
+	images := map[string]*regexp.Regexp{
+		"postgres": regexp.MustCompile(`^postgres:16(\.|$|-)`),
+		"kafka":    regexp.MustCompile(`^apache/kafka:4\.`),
+		"jaeger":   regexp.MustCompile(`^jaegertracing/jaeger:2\.`),
+	}
+	for name, re := range images {
+		if img := service(t, p, name).Image; !re.MatchString(img) {
+			t.Errorf("%s: image %q, want %s", name, img, re)
+		}
+	}
+	// Health checks on what others wait for.
+	for _, name := range []string{"postgres", "kafka", "jaeger", "receiver"} {
+		hc := service(t, p, name).HealthCheck
+		if hc == nil || len(hc.Test) == 0 || hc.Disable {
+			t.Errorf("%s has no health check", name)
+		}
+	}
+	if hc := service(t, p, "postgres").HealthCheck; hc != nil && !slices.Contains(hc.Test, "pg_isready") {
+		t.Errorf("postgres health check %v does not use pg_isready", hc.Test)
+	}
+	kafka := environment(service(t, p, "kafka"))
+	if !strings.Contains(kafka["KAFKA_PROCESS_ROLES"], "controller") || !strings.Contains(kafka["KAFKA_PROCESS_ROLES"], "broker") {
+		t.Errorf("kafka is not a combined KRaft node: KAFKA_PROCESS_ROLES=%q", kafka["KAFKA_PROCESS_ROLES"])
+	}
+	jaegerPorts := map[uint32]bool{}
+	for _, port := range service(t, p, "jaeger").Ports {
+		jaegerPorts[port.Target] = true
+	}
+	for _, port := range []uint32{16686, 4317, 4318} {
+		if !jaegerPorts[port] {
+			t.Errorf("jaeger does not publish %d", port)
+		}
+	}
+
+	// Start order.
+	deps := func(name string) map[string]string {
+		out := map[string]string{}
+		for dep, d := range service(t, p, name).DependsOn {
+			out[dep] = d.Condition
+		}
+		return out
+	}
+	if got := deps("migrate")["postgres"]; got != types.ServiceConditionHealthy {
+		t.Errorf("migrate depends on postgres with %q, want %s", got, types.ServiceConditionHealthy)
+	}
+	if r := service(t, p, "migrate").Restart; r != "no" && r != "" {
+		t.Errorf("migrate restarts %q: a one-shot must not", r)
+	}
+	for _, name := range []string{"relay", "consume", "deliver"} {
+		d := deps(name)
+		if d["migrate"] != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s depends on migrate with %q, want %s", name, d["migrate"], types.ServiceConditionCompletedSuccessfully)
+		}
+		if d["kafka"] != types.ServiceConditionHealthy {
+			t.Errorf("%s depends on kafka with %q, want %s", name, d["kafka"], types.ServiceConditionHealthy)
+		}
+	}
+
+	// Exactly the bridge services run the bridge image, each its command.
+	for _, s := range p.Services {
+		isBridge := s.Build != nil && s.Build.Target == "bridge"
+		_, listed := bridgeCommands[s.Name]
+		if isBridge != listed {
+			t.Errorf("service %s: builds the bridge image %v, checked as a bridge service %v (update bridgeCommands)", s.Name, isBridge, listed)
+		}
+		if listed && (len(s.Command) != 1 || s.Command[0] != s.Name) {
+			t.Errorf("service %s runs %v, want [%s]", s.Name, s.Command, s.Name)
+		}
+	}
+}
+
+// Every variable a bridge service sets is one the binary reads, every
+// variable its command requires is set, and the whole environment loads
+// through config.Load and tracing.ConfigFromEnv as the command would.
+func TestComposeBridgeEnvironment(t *testing.T) {
+	t.Parallel()
+	p := load(t, nil)
+	known := map[string]bool{}
+	for _, v := range config.Vars() {
+		known[v] = true
+	}
+	for _, v := range config.TracingVars {
+		known[v] = true
+	}
+	for name, needs := range bridgeCommands {
+		env := environment(service(t, p, name))
+		for k := range service(t, p, name).Environment {
+			if !known[k] {
+				t.Errorf("%s sets %s, which the bridge does not read (config.Vars and config.TracingVars)", name, k)
+			}
+		}
+		for _, k := range required[name] {
+			if env[k] == "" {
+				t.Errorf("%s does not set %s, which `bridge %s` requires", name, k, name)
+			}
+		}
+		if _, err := config.Load(env, needs); err != nil {
+			t.Errorf("%s: its environment does not load: %v", name, err)
+		}
+		if _, err := tracing.ConfigFromEnv(func(k string) string { return env[k] }, "x"); err != nil {
+			t.Errorf("%s: its OTEL_* variables do not load: %v", name, err)
+		}
+	}
+}
+
+// The values point at each other: the database of the postgres service,
+// the broker's advertised internal listener, ports that are published from
+// where HTTP_ADDR listens, the receiver's token and admin API.
+func TestComposeWiring(t *testing.T) {
+	t.Parallel()
+	p := load(t, nil)
+	pg := environment(service(t, p, "postgres"))
+	kafka := environment(service(t, p, "kafka"))
+	advertised := strings.Split(kafka["KAFKA_ADVERTISED_LISTENERS"], ",")
+	for name := range bridgeCommands {
+		s := service(t, p, name)
+		env := environment(s)
+		u, err := url.Parse(env["DATABASE_URL"])
+		if err != nil {
+			t.Fatalf("%s: DATABASE_URL: %v", name, err)
+		}
+		pw, _ := u.User.Password()
+		if u.Hostname() != "postgres" || u.User.Username() != pg["POSTGRES_USER"] || pw != pg["POSTGRES_PASSWORD"] || strings.TrimPrefix(u.Path, "/") != pg["POSTGRES_DB"] {
+			t.Errorf("%s: DATABASE_URL %s is not the postgres service's database", name, config.RedactURL(env["DATABASE_URL"]))
+		}
+		if b := env["KAFKA_BROKERS"]; b != "" {
+			for _, broker := range strings.Split(b, ",") {
+				if !slices.ContainsFunc(advertised, func(l string) bool { return strings.HasSuffix(l, "://"+broker) }) {
+					t.Errorf("%s: KAFKA_BROKERS %s is not a listener kafka advertises (%v)", name, broker, advertised)
+				}
+			}
+		}
+		if len(s.Ports) > 0 {
+			host, port, err := net.SplitHostPort(env["HTTP_ADDR"])
+			if err != nil {
+				t.Errorf("%s publishes ports but HTTP_ADDR=%q is not host:port", name, env["HTTP_ADDR"])
+				continue
+			}
+			if host != "" && host != "0.0.0.0" && host != "::" {
+				t.Errorf("%s: HTTP_ADDR=%s listens on %s only; the published port cannot reach it", name, env["HTTP_ADDR"], host)
+			}
+			if strconv.Itoa(int(s.Ports[0].Target)) != port {
+				t.Errorf("%s publishes container port %d, HTTP_ADDR listens on %s", name, s.Ports[0].Target, port)
+			}
+		}
+	}
+	deliver := environment(service(t, p, "deliver"))
+	receiver := environment(service(t, p, "receiver"))
+	if deliver["ADMIN_TOKEN"] == "" || receiver["ADMIN_TOKEN"] != deliver["ADMIN_TOKEN"] {
+		t.Errorf("receiver's ADMIN_TOKEN %q is not deliver's %q", receiver["ADMIN_TOKEN"], deliver["ADMIN_TOKEN"])
+	}
+	_, port, _ := net.SplitHostPort(deliver["HTTP_ADDR"])
+	if receiver["ADMIN_API"] != "http://deliver:"+port {
+		t.Errorf("receiver's ADMIN_API %q is not deliver's HTTP_ADDR (port %s)", receiver["ADMIN_API"], port)
+	}
+	ru, err := url.Parse(receiver["RECEIVER_URL"])
+	_, rport, _ := net.SplitHostPort(receiver["RECEIVER_ADDR"])
+	if err != nil || ru.Hostname() != "receiver" || ru.Port() != rport {
+		t.Errorf("RECEIVER_URL %q does not reach the receiver on RECEIVER_ADDR %q", receiver["RECEIVER_URL"], receiver["RECEIVER_ADDR"])
+	}
+	if deliver["WEBHOOK_ALLOW_HTTP"] != "true" || ru.Scheme != "http" {
+		t.Errorf("the receiver is %s but deliver has WEBHOOK_ALLOW_HTTP=%q", ru.Scheme, deliver["WEBHOOK_ALLOW_HTTP"])
+	}
+	topics := environment(service(t, p, "consume"))["CONSUMER_TOPICS"]
+	if !strings.Contains(topics, "assets") {
+		t.Errorf("consume reads %q; the file's example enqueues to assets", topics)
+	}
+
+	// ADMIN_TOKEN from the host reaches both ends.
+	p = load(t, map[string]string{"ADMIN_TOKEN": "from-host"})
+	for _, name := range []string{"deliver", "receiver"} {
+		if got := environment(service(t, p, name))["ADMIN_TOKEN"]; got != "from-host" {
+			t.Errorf("ADMIN_TOKEN=from-host: %s gets %q", name, got)
+		}
+	}
+}
+
+// The Dockerfile builds the targets the compose file asks for, statically,
+// into distroless images running as non-root, with the bridge as the
+// default target.
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type stage struct {
+		from  string
+		user  string
+		lines []string
+	}
+	stages := map[string]*stage{}
+	var order []string
+	var cur *stage
+	var all []string
+	fromRe := regexp.MustCompile(`(?i)^FROM\s+(\S+)(?:\s+AS\s+(\S+))?`)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		all = append(all, line)
+		if m := fromRe.FindStringSubmatch(line); m != nil {
+			cur = &stage{from: m[1]}
+			stages[m[2]] = cur
+			order = append(order, m[2])
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		cur.lines = append(cur.lines, line)
+		if u, ok := strings.CutPrefix(line, "USER "); ok {
+			cur.user = u
+		}
+	}
+	text := strings.Join(all, "\n")
+	if !strings.Contains(text, "ARG GO_VERSION=1.26") || stages["source"] == nil || stages["source"].from != "golang:${GO_VERSION}" {
+		t.Errorf("the build stage is not golang:1.26")
+	}
+	if !strings.Contains(text, "CGO_ENABLED=0") {
+		t.Error("the Dockerfile does not build with CGO_ENABLED=0")
+	}
+	if order[len(order)-1] != "bridge" {
+		t.Errorf("the last stage is %q: a plain docker build should produce the bridge", order[len(order)-1])
+	}
+	p := load(t, nil)
+	for _, s := range p.Services {
+		if s.Build == nil {
+			continue
+		}
+		st := stages[s.Build.Target]
+		if st == nil {
+			t.Errorf("%s builds target %q, which the Dockerfile lacks", s.Name, s.Build.Target)
+			continue
+		}
+		if !strings.HasPrefix(st.from, "gcr.io/distroless/static") || !strings.HasSuffix(st.from, ":nonroot") {
+			t.Errorf("target %s is FROM %s, want distroless/static:nonroot", s.Build.Target, st.from)
+		}
+		if st.user != "65532:65532" && st.user != "65532" && st.user != "nonroot" {
+			t.Errorf("target %s runs as %q, want 65532 (nonroot)", s.Build.Target, st.user)
+		}
+	}
+	// Every package the Dockerfile builds exists.
+	for _, m := range regexp.MustCompile(`\s(\./[\w/]+)`).FindAllStringSubmatch(text, -1) {
+		if _, err := os.Stat(filepath.Join(root, m[1], "main.go")); err != nil {
+			t.Errorf("the Dockerfile builds %s: %v", m[1], err)
+		}
+	}
+	// The build context keeps what the build embeds.
+	ignore, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(ignore), "\n") {
+		line = strings.TrimSpace(line)
+		for _, needed := range []string{"go.mod", "go.sum", "cmd", "internal", "api", "migrations", "outbox", "deploy"} {
+			if line != "" && !strings.HasPrefix(line, "#") {
+				if ok, _ := filepath.Match(line, needed); ok {
+					t.Errorf(".dockerignore %q excludes %s, which the build needs", line, needed)
+				}
+			}
+		}
+	}
+}
