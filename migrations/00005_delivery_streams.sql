@@ -7,15 +7,16 @@
 -- subscriber (HARD-PARTS 6, "Trap").
 --
 -- bridge.delivery_streams has one row per (subscription, asset) stream that
--- has ever had a delivery, with ready_at: the earliest time its head may be
--- claimable. The claim reads only streams that are ready now, so its cost
--- follows the batch, not the backlog. The table is a hint, never the
--- authority: the claim still finds each stream's head in bridge.deliveries
--- and checks it under the row lock, so a stale ready_at can cost a wasted
--- probe but never order. What must not happen is a stream that has a
--- claimable head and ready_at in the future (it would never be claimed), so
--- every change that can make a head claimable sets ready_at earlier and bumps
--- gen, and the claim pushes ready_at later only if gen is still what it read.
+-- has ever had a delivery, with ready_at: when the claim should look at it
+-- next. The claim reads only streams that are ready now, so its cost follows
+-- the batch, not the backlog. The table is a hint, never the authority: the
+-- claim still finds each stream's head in bridge.deliveries and checks it
+-- under the row lock, so a stale ready_at can cost a wasted probe but never
+-- order. What must not happen is a stream with a claimable head and ready_at
+-- in the future (it would never be claimed): the claim parks a stream (head
+-- waiting for a retry, or no open row) only if gen is still what it read, and
+-- the two things that can wake a parked stream — an insert and a revive —
+-- bump gen. See claimSQL in internal/webhook/queries.go.
 
 -- +goose Up
 -- +goose StatementBegin

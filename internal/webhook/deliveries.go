@@ -165,11 +165,11 @@ func (s *DeliveryStore) Release(ctx context.Context, c *Claim, claimedBy string)
 
 // ReleaseAll gives back every claim of claimedBy (end of shutdown).
 func (s *DeliveryStore) ReleaseAll(ctx context.Context, claimedBy string) (int, error) {
-	var n int
-	if err := s.db.QueryRow(ctx, releaseAllSQL, claimedBy).Scan(&n); err != nil {
+	tag, err := s.db.Exec(ctx, releaseAllSQL, claimedBy)
+	if err != nil {
 		return 0, fmt.Errorf("release deliveries: %w", err)
 	}
-	return n, nil
+	return int(tag.RowsAffected()), nil
 }
 
 // Outcome is what one attempt produced.
