@@ -83,6 +83,15 @@ CREATE INDEX outbox_waiting_retry ON bridge.outbox ((coalesce(asset_id, '')), se
 CREATE INDEX outbox_sent_at ON bridge.outbox (sent_at) WHERE status = 'SENT';
 CREATE INDEX outbox_failed ON bridge.outbox (topic, failed_at) WHERE status = 'FAILED';
 
+-- A queue table: every row is updated once (NEW → SENT) and later deleted.
+-- Vacuum it early rather than at 20% dead tuples, so the dead entries marking
+-- leaves in the NEW index are cleared while they are few, and keep its
+-- statistics fresh for the claim's plan.
+ALTER TABLE bridge.outbox SET (
+  autovacuum_vacuum_scale_factor = 0.01,
+  autovacuum_vacuum_threshold = 1000,
+  autovacuum_analyze_scale_factor = 0.02);
+
 -- bridge.enqueue: call it inside your own transaction; returns the dedup id.
 -- Bad input fails the call (and the caller's transaction decides what to do),
 -- except a malformed traceparent, which is dropped with a WARNING: losing a

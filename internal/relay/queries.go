@@ -50,11 +50,21 @@ WHERE owner = $1 AND lane = ANY($2::int[])`
 // order. No row lock is needed: a lane has one owner, and only the owner's
 // single relay loop claims from it.
 //
-// The NOT EXISTS is the per-asset hold (HARD-PARTS 3): asset X's row 5 failed
-// and waits for its retry; without the hold, the next claim would hand out X's
-// row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
-// skipped; rows of every other asset still flow. A FAILED row is not NEW, so a
-// parked row holds nothing back.
+// The first NOT EXISTS is the per-asset hold (HARD-PARTS 3): asset X's row 5
+// failed and waits for its retry; without the hold, the next claim would hand
+// out X's row 6 and Kafka would see 6 before 5. A row whose earlier sibling
+// waits is skipped; rows of every other asset still flow. A FAILED row is not
+// NEW, so a parked row holds nothing back.
+//
+// $4 is a resume cursor. Marking rows SENT leaves dead entries in the NEW
+// index until vacuum, and a scan from the lowest seq walks all of them: while
+// draining a large backlog every claim would cost more than the one before.
+// So while a drain is under way the claim resumes after the last seq it
+// claimed. Rows at or below the cursor that are still NEW (a transaction that
+// committed late, a row of a lane just taken over) are left for the next full
+// scan (cursor 0), which runs whenever the relay catches up and at least once
+// per poll interval. Their assets' later rows must wait for them: the relay
+// checks every claimed asset's predecessor (predecessorsSQL) before producing.
 const claimSQL = `
 SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload::text,
        o.headers, coalesce(o.traceparent, ''), coalesce(o.tracestate, ''), o.attempts,
@@ -62,6 +72,11 @@ SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.pa
 FROM bridge.outbox o
 WHERE o.status = 'NEW'
   AND o.lane = ANY($1::int[])
+  -- The lease, checked here and not only by the keeper's last tick: a
+  -- replica whose renewals stalled must stop claiming a lane before its
+  -- lease can lapse and another replica produce the same asset alongside it.
+  AND o.lane IN (SELECT lane FROM bridge.relay_lanes WHERE owner = $5 AND expires_at > now() + $6::interval)
+  AND o.seq > $4
   AND o.next_attempt_at <= now()
   AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
   AND NOT EXISTS (
@@ -73,6 +88,16 @@ WHERE o.status = 'NEW'
       AND e.next_attempt_at > now())
 ORDER BY o.seq
 LIMIT $2`
+
+// predecessorsSQL returns the status of the event just before the first
+// claimed row of each asset (asset_seq is gapless, so "the one before" is a
+// point lookup on the unique (asset, asset_seq) index, whatever the table's
+// history). A NEW predecessor that is not part of this batch means an earlier
+// event of the asset has not gone out yet: the asset's rows wait.
+const predecessorsSQL = `
+SELECT k.asset_key, o.status
+FROM unnest($1::text[], $2::bigint[]) AS k(asset_key, asset_seq)
+JOIN bridge.outbox o ON coalesce(o.asset_id, '') = k.asset_key AND o.asset_seq = k.asset_seq`
 
 // fenceSQL is the lease check every mark statement carries: a replica that
 // stalled past its lease (GC, network) may still see acks for records it

@@ -161,6 +161,17 @@ type Relay struct {
 	tracer trace.Tracer
 	log    *slog.Logger
 
+	// cursor and lastFullScan are the claim's resume point (see claimSQL);
+	// only the relay loop touches them.
+	cursor       int64
+	lastFullScan time.Time
+	// unchargedRetryUsed: a batch where nothing got through while a broker
+	// answered was already retried once without charging (see cycle).
+	unchargedRetryUsed bool
+	// noChargeUntil: retriable failures before this time (just after an
+	// outage) are retried without charging the rows.
+	noChargeUntil time.Time
+
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
 	// lanes: a process crash at the worst moment, for tests.
@@ -255,6 +266,11 @@ func (r *Relay) Run(ctx context.Context) error {
 				if !r.waitForBroker(ctx) {
 					return r.shutdown(ctx)
 				}
+				// The client's partitions recover one by one after an outage
+				// (reconnects, a new producer epoch after cancelled records):
+				// timeouts in the first produce attempts are the outage's tail,
+				// not the rows' fault.
+				r.noChargeUntil = time.Now().Add(2 * r.cfg.ProduceTimeout)
 				continue
 			default:
 				full = res.claimed == r.cfg.BatchSize
@@ -444,17 +460,27 @@ type sendResult struct {
 	err       error
 }
 
+// claim reads the next batch. See claimSQL for the cursor: the claim
+// resumes after the last row it claimed while a drain is under way, and scans
+// from the start whenever it caught up or the poll interval passed.
 func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	if exclude == nil {
 		exclude = []int64{}
 	}
-	rows, err := r.pool.Query(qctx, claimSQL, lanes, r.cfg.BatchSize, exclude)
+	cursor := r.cursor
+	if time.Since(r.lastFullScan) >= r.cfg.PollInterval {
+		cursor = 0
+	}
+	if cursor == 0 {
+		r.lastFullScan = time.Now()
+	}
+	rows, err := r.pool.Query(qctx, claimSQL, lanes, r.cfg.BatchSize, exclude, cursor, r.cfg.MemberID, interval(r.cfg.LeaseTimeout/2))
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	return pgx.CollectRows(rows, func(rs pgx.CollectableRow) (*row, error) {
+	claimed, err := pgx.CollectRows(rows, func(rs pgx.CollectableRow) (*row, error) {
 		var w row
 		var hdr []byte
 		err := rs.Scan(&w.id, &w.seq, &w.assetSeq, &w.topic, &w.assetID, &w.lane, &w.eventType, &w.payload,
@@ -467,6 +493,15 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 		}
 		return &w, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	if len(claimed) < r.cfg.BatchSize {
+		r.cursor = 0 // caught up: the next claim scans from the start
+	} else {
+		r.cursor = claimed[len(claimed)-1].seq
+	}
+	return claimed, nil
 }
 
 // cycle claims one batch, produces it, waits for every ack and records the
@@ -530,9 +565,12 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	res := cycleResult{claimed: len(claimed)}
 	if inflight != nil && len(inflight.unsettled) > 0 {
 		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.assetKey()] })
-		if len(claimed) == 0 {
-			return res, nil, nil
-		}
+	}
+	if claimed, err = r.inOrder(ctx, claimed, inflight); err != nil {
+		return res, nil, err
+	}
+	if len(claimed) == 0 {
+		return res, nil, nil
 	}
 	rows := sameTopicRuns(claimed)
 
@@ -576,6 +614,19 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 			res.outage = true
 			return res, &settlement{rows: rows, results: results, oversized: s.oversized, seqs: s.seqs, done: s.done}, nil
 		}
+		if !r.unchargedRetryUsed {
+			// A broker that answers now may have been down while these
+			// records were in flight (an outage ending mid-batch). Retry once
+			// without charging; if the next batch fails the same way with
+			// the broker up, the failures are the rows' own.
+			r.unchargedRetryUsed = true
+			r.log.WarnContext(ctx, "nothing in the batch got through but a broker answers; retrying once before charging",
+				"rows", len(failed), "error", results[failed[0]].err)
+			return res, &settlement{rows: rows, results: results, oversized: s.oversized, seqs: s.seqs, done: s.done}, nil
+		}
+	}
+	if len(s.sent) > 0 {
+		r.unchargedRetryUsed = false
 	}
 
 	// Only the earliest failed row of each asset is judged. franz-go fails
@@ -605,10 +656,81 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 				s.park = append(s.park, i)
 			}
 		default:
+			if time.Now().Before(r.noChargeUntil) {
+				continue // just after an outage: the failure is the outage's tail
+			}
 			s.charge = append(s.charge, i)
 		}
 	}
 	return res, s, nil
+}
+
+// inOrder keeps, per asset, only the claimed rows that can go out now: the
+// asset's first claimed row must follow an event that is no longer NEW (or
+// was acked in the batch whose outcome is being written), and the rows after
+// it must continue its asset_seq without a gap. Rows it drops stay NEW and are
+// claimed again by a later cycle, in order. This is what makes the claim's
+// resume cursor safe (see claimSQL).
+func (r *Relay) inOrder(ctx context.Context, claimed []*row, inflight *settlement) ([]*row, error) {
+	first := map[string]int64{}
+	var keys []string
+	var seqs []int64
+	for _, w := range claimed {
+		k := w.assetKey()
+		if _, ok := first[k]; ok {
+			continue
+		}
+		first[k] = w.assetSeq
+		if w.assetSeq > 1 {
+			keys = append(keys, k)
+			seqs = append(seqs, w.assetSeq-1)
+		}
+	}
+	acked := map[string]int64{} // asset → highest asset_seq acked in flight
+	if inflight != nil {
+		for _, i := range inflight.sent {
+			w := inflight.rows[i]
+			acked[w.assetKey()] = max(acked[w.assetKey()], w.assetSeq)
+		}
+	}
+	blocked := map[string]bool{}
+	if len(keys) > 0 {
+		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+		defer cancel()
+		rs, err := r.pool.Query(qctx, predecessorsSQL, keys, seqs)
+		if err != nil {
+			return nil, fmt.Errorf("check predecessors: %w", err)
+		}
+		for rs.Next() {
+			var k, status string
+			if err := rs.Scan(&k, &status); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("check predecessors: %w", err)
+			}
+			if status == "NEW" && acked[k] != first[k]-1 {
+				blocked[k] = true
+			}
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, fmt.Errorf("check predecessors: %w", err)
+		}
+	}
+	next := map[string]int64{}
+	out := claimed[:0:0]
+	for _, w := range claimed {
+		k := w.assetKey()
+		if blocked[k] {
+			continue
+		}
+		if want, ok := next[k]; ok && w.assetSeq != want {
+			blocked[k] = true // a gap: the missing row was not claimed
+			continue
+		}
+		next[k] = w.assetSeq + 1
+		out = append(out, w)
+	}
+	return out, nil
 }
 
 // sameTopicRuns keeps, per asset, only the leading rows that go to the same

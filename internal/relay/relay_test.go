@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"os"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -511,6 +512,19 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 			}
 			t.Logf("victim's lanes owned by survivors within %s of the kill", takenOver.Round(time.Millisecond))
 			recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
+			if os.Getenv("RELAY_TEST_LOG") != "" {
+				rows, _ := b.db.Pool.Query(context.Background(), `SELECT asset_id, seq, asset_seq, lane, sent_at, kafka_offset FROM bridge.outbox WHERE asset_id IN ('asset-59','asset-79') ORDER BY asset_id, asset_seq`)
+				for rows.Next() {
+					var a string
+					var seq, aseq, off int64
+					var lane int
+					var sent time.Time
+					_ = rows.Scan(&a, &seq, &aseq, &lane, &sent, &off)
+					t.Logf("%s seq=%d aseq=%d lane=%d sent=%s off=%d", a, seq, aseq, lane, sent.Format("15:04:05.000"), off)
+				}
+				rows.Close()
+				t.Logf("killed at %s", killedAt.Format("15:04:05.000"))
+			}
 			checkKeyOrder(t, recs)
 		})
 	}
