@@ -2,10 +2,10 @@ package relay
 
 import (
 	"context"
-	"os"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
