@@ -87,8 +87,10 @@ type Options struct {
 	Timeout time.Duration
 	// Writers: concurrent enqueueing connections. Default 4.
 	Writers int
-	// Keep leaves the run's subscription (disabled) and its delivery log in
-	// place for `bridge deliveries list`; by default it is deleted.
+	// Keep leaves the run's subscription (disabled) with its delivery log,
+	// and its outbox rows (the parked poison among them), for `bridge
+	// deliveries list` and `bridge outbox failed`; by default the run
+	// removes them.
 	Keep bool
 	// Progress and Out: how and where progress is shown.
 	Progress ProgressMode
@@ -194,14 +196,21 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 	defer func() {
 		cctx, cancel := cleanupCtx()
 		defer cancel()
-		var err error
 		if o.Keep {
-			_, err = env.Subscriptions.Disable(cctx, sub.ID, "bridge demo run "+env.RunID+" finished")
-		} else {
-			err = env.Subscriptions.Delete(cctx, sub.ID)
+			if _, err := env.Subscriptions.Disable(cctx, sub.ID, "bridge demo run "+env.RunID+" finished"); err != nil {
+				log.Warn("demo subscription left enabled", "subscription", sub.ID, "error", err)
+			}
+			return
 		}
-		if err != nil {
+		// The pipeline has stopped (deferred later, run earlier): nothing
+		// writes these rows any more.
+		if err := env.Subscriptions.Delete(cctx, sub.ID); err != nil {
 			log.Warn("demo subscription left behind", "subscription", sub.ID, "error", err)
+		}
+		for _, q := range []string{deleteRunOutboxSQL, deleteRunInboxSQL} {
+			if _, err := env.Pool.Exec(cctx, q, topic); err != nil {
+				log.Warn("demo rows left behind", "topic", topic, "error", err)
+			}
 		}
 	}()
 	rcv, err := NewReceiver(sub.Secret)
@@ -261,7 +270,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 	disp := newDisplay(o.Progress, o.Out, o.Events-1)
 	sum := &Summary{
 		RunID: env.RunID, Topic: topic, Brokers: strings.Join(env.Brokers, ","),
-		EmbeddedBroker: env.EmbeddedBroker, SubscriptionID: sub.ID, Exporting: env.Exporting, Database: env.Database,
+		EmbeddedBroker: env.EmbeddedBroker, SubscriptionID: sub.ID, Kept: o.Keep, Exporting: env.Exporting, Database: env.Database,
 	}
 	var (
 		runErr     error

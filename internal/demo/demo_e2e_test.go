@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
 	"github.com/outboxbridge/bridge/internal/cli"
@@ -56,7 +57,8 @@ func run(t *testing.T, ctx context.Context, db *pgtest.DB, brokers []string, o d
 
 // checkClean asserts the outcome of a full run: every event but the poison
 // delivered with a valid signature and in order, the poison parked as
-// FAILED, the run's subscription removed.
+// FAILED; then that the run's rows are gone, or (--keep) that the database
+// agrees with the summary.
 func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	t.Helper()
 	t.Logf("summary: %+v", *sum)
@@ -85,9 +87,26 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 		t.Errorf("latency p50 %v p99 %v", sum.LatencyP50, sum.LatencyP99)
 	}
 
-	// The database agrees: the poison is the one FAILED row of the topic,
-	// over the size limit; the subscription is gone with its deliveries.
 	ctx := context.Background()
+	subs, err := webhook.NewSubscriptionStore(db.Pool, true, 0).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Kept {
+		// Nothing of the run is left: no subscription, no outbox row (the
+		// parked poison would page whoever alerts on FAILED rows).
+		var rows int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.outbox WHERE topic = $1`, sum.Topic).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if len(subs) != 0 || rows != 0 {
+			t.Errorf("left behind: %d subscriptions, %d outbox rows", len(subs), rows)
+		}
+		return
+	}
+	// --keep: the database agrees with the summary. The poison is the one
+	// FAILED row of the topic; the disabled subscription's deliveries are
+	// all delivered.
 	failed, err := relay.ListFailed(ctx, db.Pool, sum.Topic, 10, false)
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +114,15 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	if len(failed) != 1 || failed[0].EventType != "asset.rendition_ready" || sum.FailedReason == "" {
 		t.Errorf("FAILED rows %+v (reason %q), want the one poison rendition", failed, sum.FailedReason)
 	}
-	subs, err := webhook.NewSubscriptionStore(db.Pool, true, 0).List(ctx)
+	if len(subs) != 1 || subs[0].ID != sum.SubscriptionID || subs[0].Enabled {
+		t.Fatalf("subscriptions %+v, want the run's, disabled", subs)
+	}
+	page, err := webhook.NewDeliveryStore(db.Pool).List(ctx, webhook.ListParams{SubscriptionID: sum.SubscriptionID, Status: webhook.StatusDelivered, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(subs) != 0 {
-		t.Errorf("subscriptions left: %+v", subs)
+	if len(page.Deliveries) != sum.Delivered {
+		t.Errorf("%d deliveries delivered in the database, the receiver accepted %d", len(page.Deliveries), sum.Delivered)
 	}
 }
 
@@ -126,10 +148,16 @@ func TestDemoRealBroker(t *testing.T) {
 	brokers := kafkatest.RealBrokers(t)
 	db := pgtest.New(t)
 	const events = 300
-	sum, err := run(t, context.Background(), db, brokers, demo.Options{Events: events, Assets: 12, Rate: 600, Timeout: time.Minute})
+	sum, err := run(t, context.Background(), db, brokers, demo.Options{Events: events, Assets: 12, Rate: 600, Timeout: time.Minute, Keep: true})
 	if err != nil {
 		t.Fatalf("RunDemo: %v", err)
 	}
+	t.Cleanup(func() {
+		kopts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+		if err := demo.RemoveTopic(context.Background(), kopts, sum.Topic, "bridge-demo-"+sum.RunID); err != nil {
+			t.Logf("remove the kept topic: %v", err)
+		}
+	})
 	if sum.EmbeddedBroker {
 		t.Error("ran on the embedded broker although KAFKA_BROKERS was set")
 	}

@@ -37,3 +37,10 @@ SELECT member_id, hostname, ceil(extract(epoch FROM expires_at - now()))::int
 
 // databaseExistsSQL: does the scratch database exist yet?
 const databaseExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
+
+// deleteRunOutboxSQL and deleteRunInboxSQL remove a finished run's rows (its
+// topic is its own): the parked poison row would otherwise stay FAILED
+// forever and page whoever alerts on parked rows.
+const deleteRunOutboxSQL = `DELETE FROM bridge.outbox WHERE topic = $1`
+
+const deleteRunInboxSQL = `DELETE FROM bridge.consumer_inbox WHERE topic = $1`

@@ -21,6 +21,9 @@ type Summary struct {
 	SubscriptionID string `json:"subscription_id"`
 	// Database the run used (password redacted).
 	Database string `json:"database"`
+	// Kept: the run's subscription, deliveries and outbox rows were left
+	// in place (--keep).
+	Kept bool `json:"kept"`
 
 	// Enqueued events, committed in Transactions transactions.
 	Enqueued     int `json:"enqueued"`
@@ -155,8 +158,11 @@ func (s *Summary) Print(w io.Writer) error {
 		b.WriteString(" (embedded broker, gone with the process)")
 	}
 	b.WriteString("\n")
-	if s.Failed > 0 {
-		b.WriteString("The parked row, with DATABASE_URL pointing at " + s.Database + ":\n  bridge outbox failed --topic " + s.Topic + "\n")
+	switch {
+	case s.Kept:
+		fmt.Fprintf(&b, "Kept for a look (DATABASE_URL=%s):\n  bridge outbox failed --topic %s\n  bridge deliveries list --subscription %s\n", s.Database, s.Topic, s.SubscriptionID)
+	default:
+		b.WriteString("The run's subscription, deliveries and outbox rows are removed; --keep leaves them for\nbridge outbox failed and bridge deliveries list.\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
