@@ -137,6 +137,7 @@ Exit status: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 	for _, c := range commands() {
 		root.AddCommand(c)
 	}
+	polishTree(root)
 	return root
 }
 
