@@ -267,6 +267,9 @@ type Webhook struct {
 	// finish before they are cancelled and released without charging an
 	// attempt. Keep it below the orchestrator's kill timeout. Default 5s.
 	ShutdownGrace time.Duration `env:"WEBHOOK_SHUTDOWN_GRACE" envDefault:"5s"`
+	// WEBHOOK_RETENTION: delivered deliveries (and their attempt log) older
+	// than this are deleted; dead ones are kept for revive. Default 168h.
+	Retention time.Duration `env:"WEBHOOK_RETENTION" envDefault:"168h"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
@@ -312,6 +315,8 @@ func (c Webhook) validate() error {
 		return fieldError("WEBHOOK_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
 	case c.ShutdownGrace <= 0:
 		return fieldError("WEBHOOK_SHUTDOWN_GRACE", c.ShutdownGrace.String(), "must be positive")
+	case c.Retention <= 0:
+		return fieldError("WEBHOOK_RETENTION", c.Retention.String(), "must be positive")
 	}
 	_, err := c.ParsedAllowedCIDRs()
 	return err

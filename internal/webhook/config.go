@@ -46,6 +46,12 @@ type Config struct {
 	// before they are cancelled and released (not charged)
 	// (WEBHOOK_SHUTDOWN_GRACE). Default 5s.
 	ShutdownGrace time.Duration
+	// Retention: delivered deliveries older than this are deleted with their
+	// attempt log, in batches, every PruneInterval (WEBHOOK_RETENTION).
+	// Default 168h. Dead deliveries are kept.
+	Retention time.Duration
+	// PruneInterval: how often retention runs. Default 1m.
+	PruneInterval time.Duration
 	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
 	// set 127.0.0.0/8). Default none.
 	AllowedCIDRs []netip.Prefix
@@ -92,6 +98,7 @@ func ConfigFromEnv(c config.Webhook) (Config, error) {
 		MaxInFlightPerSubscription: c.MaxInFlightPerSubscription,
 		PollInterval:               c.PollInterval,
 		ShutdownGrace:              c.ShutdownGrace,
+		Retention:                  c.Retention,
 		AllowedCIDRs:               cidrs,
 	}, nil
 }
@@ -108,6 +115,8 @@ func (c Config) withDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, min(c.Lease/4, 15*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
+	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -105,6 +105,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	}
 	loops.Go(func() { d.listen(ctx) })
 	loops.Go(func() { d.reclaimLoop(ctx) })
+	loops.Go(func() { d.pruneLoop(ctx) })
 
 	d.log.InfoContext(ctx, "delivering", "workers", d.cfg.Workers, "max_in_flight_per_subscription", d.cfg.MaxInFlightPerSubscription,
 		"poll_interval", d.cfg.PollInterval, "lease", d.cfg.Lease, "max_attempts", d.cfg.maxAttempts())
@@ -245,6 +246,41 @@ func (d *Deliverer) reclaimLoop(ctx context.Context) {
 		case pending+dead > 0:
 			d.log.WarnContext(ctx, "reclaimed deliveries whose lease expired (attempt kept)", "to_pending", pending, "dead", dead)
 			d.poke()
+		}
+	}
+}
+
+// pruneLoop applies WEBHOOK_RETENTION every PruneInterval, in batches of
+// 1,000 so no statement holds many row locks or runs long, and at most 100
+// batches a round so a large first cleanup is spread out.
+func (d *Deliverer) pruneLoop(ctx context.Context) {
+	ticker := time.NewTicker(d.cfg.PruneInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		total := 0
+		for range 100 {
+			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+			n, err := d.store.PruneDelivered(qctx, d.cfg.Retention, 1000)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				d.log.ErrorContext(ctx, "retention failed", "err", err)
+				break
+			}
+			total += n
+			if n < 1000 {
+				break
+			}
+		}
+		if total > 0 {
+			d.log.InfoContext(ctx, "deleted delivered deliveries past retention", "deleted", total, "retention", d.cfg.Retention)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -530,5 +531,42 @@ func TestShutdownLetsAQuickRequestFinishAndRecordsIt(t *testing.T) {
 	}
 	if r := b.get(t, id); r.Status != StatusDelivered || r.Attempts != 1 {
 		t.Fatalf("after a graceful shutdown: %+v, want delivered (the request finished within the grace)", r)
+	}
+}
+
+func TestRetentionDeletesOldDeliveredKeepsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.createSub(t, "https://a.example/hook")
+	old := b.insert(t, s.ID, "a", 1, `{}`)
+	recent := b.insert(t, s.ID, "b", 1, `{}`)
+	dead := b.insert(t, s.ID, "c", 1, `{}`)
+	if _, err := b.pool.Exec(ctx, `
+UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() - interval '8 days' WHERE id = $1;`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() WHERE id = $1`, recent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'dead', dead_at = now() - interval '30 days' WHERE id = $1`, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO bridge.delivery_attempts (delivery_id, attempt, started_at, duration_ms, status_code) VALUES ($1, 1, now(), 1, 200)`, old); err != nil {
+		t.Fatal(err)
+	}
+	b.runDeliverer(t, Config{Retention: 7 * 24 * time.Hour, PruneInterval: 50 * time.Millisecond})
+	waitFor(t, "retention to delete the old delivered row", waitLong, func() bool {
+		_, err := b.store.Get(ctx, old)
+		return errors.Is(err, ErrNotFound)
+	})
+	for _, id := range []int64{recent, dead} {
+		if _, err := b.store.Get(ctx, id); err != nil {
+			t.Fatalf("retention deleted delivery %d: %v", id, err)
+		}
+	}
+	var attempts int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.delivery_attempts WHERE delivery_id = $1`, old).Scan(&attempts); err != nil || attempts != 0 {
+		t.Fatalf("attempts of the deleted delivery: %d (%v)", attempts, err)
 	}
 }

@@ -172,6 +172,16 @@ func (s *DeliveryStore) ReleaseAll(ctx context.Context, claimedBy string) (int, 
 	return int(tag.RowsAffected()), nil
 }
 
+// PruneDelivered deletes up to limit delivered deliveries older than
+// retention, with their attempt log, and reports how many.
+func (s *DeliveryStore) PruneDelivered(ctx context.Context, retention time.Duration, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, pruneDeliveredSQL, retention, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune delivered deliveries: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // Outcome is what one attempt produced.
 type Outcome struct {
 	StartedAt    time.Time

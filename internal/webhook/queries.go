@@ -371,6 +371,18 @@ st AS (
 )
 SELECT id FROM d ORDER BY seq`
 
+// pruneDeliveredSQL deletes up to $2 delivered deliveries older than $1
+// (their attempts go by ON DELETE CASCADE). SKIP LOCKED: replicas pruning at
+// once take different rows. Dead ones are kept for revive.
+const pruneDeliveredSQL = `
+DELETE FROM bridge.deliveries
+WHERE id IN (
+  SELECT id FROM bridge.deliveries
+  WHERE status = 'delivered' AND delivered_at < now() - $1::interval
+  ORDER BY delivered_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)`
+
 // The log. These queries deliberately leave out payload: the log is
 // the most-run query and must never be a way to read a tenant's history.
 
