@@ -58,6 +58,14 @@ func Mount(m Mounter, cfg Config) bool {
 		return false
 	}
 	a := newAPI(cfg)
+	if strings.TrimSpace(cfg.Token) == "" {
+		// A blank token would let "Authorization: Bearer " in.
+		a.log.Warn("admin API not mounted: ADMIN_TOKEN is blank")
+		return false
+	}
+	if len(strings.TrimSpace(cfg.Token)) < 16 {
+		a.log.Warn("ADMIN_TOKEN is shorter than 16 characters; use a long random token (e.g. openssl rand -hex 32)")
+	}
 	m.Handle("/api/v1/", a)
 	m.Handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
 	a.log.Info("admin API mounted", "paths", "/api/v1/, /openapi.json")
@@ -81,7 +89,7 @@ type adminAPI struct {
 
 func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
-		tokenDigest: sha256.Sum256([]byte(cfg.Token)),
+		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
 		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
 		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
@@ -149,7 +157,11 @@ func (a *adminAPI) authorized(r *http.Request) bool {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	token = strings.TrimSpace(token)
+	if len(token) == 0 {
+		return false
+	}
+	got := sha256.Sum256([]byte(token))
 	return subtle.ConstantTimeCompare(got[:], a.tokenDigest[:]) == 1
 }
 

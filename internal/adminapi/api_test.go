@@ -61,6 +61,9 @@ func TestNotMountedWithoutToken(t *testing.T) {
 	if Mount(nil, Config{Token: testToken}) {
 		t.Fatal("Mount on no server reported the API mounted")
 	}
+	if Mount(ops, Config{Token: "   "}) {
+		t.Fatal("Mount with a blank token reported the API mounted")
+	}
 	for path, want := range map[string]int{
 		"/healthz": 200, "/api/v1/outbox/stats": 404, "/api/v1/subscriptions": 404, "/openapi.json": 404,
 	} {
