@@ -570,3 +570,21 @@ UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() - interv
 		t.Fatalf("attempts of the deleted delivery: %d (%v)", attempts, err)
 	}
 }
+
+func TestAttemptLogKeepsTheFirstKiBOfTheAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := strings.Repeat("é", 50_000) // 100 KB of two-byte runes: the cut lands mid-rune
+	srv := newRawReceiver(t, func(w http.ResponseWriter) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(big))
+	})
+	sub := b.createSub(t, srv.URL)
+	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}})
+	id := b.insert(t, sub.ID, "a", 1, `{}`)
+	b.waitStatus(t, id, StatusDead)
+	as := b.attempts(t, id)
+	if len(as) != 1 || len(as[0].ResponseBody) > 1024+3 || !strings.HasPrefix(as[0].ResponseBody, "éé") {
+		t.Fatalf("stored %d bytes of the answer, want about 1 KiB", len(as[0].ResponseBody))
+	}
+}

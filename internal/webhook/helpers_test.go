@@ -240,3 +240,14 @@ func (m *countingMetrics) snapshot() (map[string]int, int) {
 	}
 	return out, m.disabled
 }
+
+// newRawReceiver answers every request with write.
+func newRawReceiver(t *testing.T, write func(http.ResponseWriter)) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		write(w)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
