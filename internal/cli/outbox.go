@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
@@ -39,16 +40,11 @@ func newOutboxStatsCmd() *cobra.Command {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		cfg, err := loadConfig(config.Needs{Database: true})
-		if err != nil {
+		var st relay.Stats
+		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
+			st, err = relay.ReadStats(cmd.Context(), pool)
 			return err
-		}
-		pool, err := openCurrentDB(cmd.Context(), cfg)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		st, err := relay.ReadStats(cmd.Context(), pool)
+		})
 		if err != nil {
 			return err
 		}
@@ -97,16 +93,11 @@ func newOutboxFailedCmd() *cobra.Command {
 		if *limit < 1 {
 			return UsageErrorf("--limit must be at least 1, got %d", *limit)
 		}
-		cfg, err := loadConfig(config.Needs{Database: true})
-		if err != nil {
+		var rows []relay.FailedRow
+		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
+			rows, err = relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload)
 			return err
-		}
-		pool, err := openCurrentDB(cmd.Context(), cfg)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		rows, err := relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload)
+		})
 		if err != nil {
 			return err
 		}
@@ -179,21 +170,15 @@ func newOutboxReplayCmd() *cobra.Command {
 			}
 			parsed = append(parsed, id)
 		}
-		cfg, err := loadConfig(config.Needs{Database: true})
-		if err != nil {
-			return err
-		}
-		pool, err := openCurrentDB(cmd.Context(), cfg)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
 		var n int64
-		if *all {
-			n, err = relay.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
-		} else {
-			n, err = relay.ReplayIDs(cmd.Context(), pool, parsed)
-		}
+		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
+			if *all {
+				n, err = relay.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
+			} else {
+				n, err = relay.ReplayIDs(cmd.Context(), pool, parsed)
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}

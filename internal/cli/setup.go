@@ -45,6 +45,21 @@ func openCurrentDB(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, erro
 	return pool, nil
 }
 
+// withDB runs f with the configuration and the migrated database, for the
+// short-lived operator commands.
+func withDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
+	cfg, err := loadConfig(config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	pool, err := openCurrentDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return f(cfg, pool)
+}
+
 func newMigrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "migrate",
