@@ -101,6 +101,12 @@ order violation, signature failure or undelivered event was seen.`,
 			o.Progress = demo.ProgressLines
 		}
 		sum, err := RunDemo(cmd.Context(), DemoParams{Options: o})
+		if sum == nil && cmd.Context().Err() != nil {
+			// Ctrl-C before the pipeline started: nothing to summarise, and
+			// nothing went wrong.
+			fmt.Fprintln(cmd.ErrOrStderr(), "bridge demo: interrupted before the pipeline started")
+			return nil
+		}
 		if sum != nil {
 			var perr error
 			if *out == "json" {

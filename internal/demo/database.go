@@ -43,7 +43,7 @@ func PrepareDatabase(ctx context.Context, cfg config.Database, embedded bool, lo
 	if err := prepare(ctx, next, embedded, log); err != nil {
 		return cfg, "", fmt.Errorf("scratch database %s: %w", name, err)
 	}
-	return next, fmt.Sprintf("not %s: %s", dbName(cfg.URL), strings.TrimPrefix(reason.Error(), ErrNotScratch.Error()+": ")), nil
+	return next, fmt.Sprintf("instead of %s: %s", dbName(cfg.URL), strings.TrimPrefix(reason.Error(), ErrNotScratch.Error()+": ")), nil
 }
 
 func prepare(ctx context.Context, cfg config.Database, embedded bool, log *slog.Logger) error {
