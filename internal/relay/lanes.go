@@ -122,6 +122,7 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 	}
 	k.owned = renewed
 	k.surplus = max(0, len(renewed)-target)
+	surplus := k.surplus
 	k.mu.Unlock()
 	if lost > 0 {
 		k.logger.WarnContext(ctx, "lost lane leases (expired before renewal)", "lanes_lost", lost)
@@ -129,7 +130,7 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 	if len(acquired) > 0 {
 		k.logger.InfoContext(ctx, "acquired lanes", "lanes", acquired, "members", members, "owned", len(renewed))
 	}
-	if len(acquired) > 0 || lost > 0 || k.surplus > 0 {
+	if len(acquired) > 0 || lost > 0 || surplus > 0 {
 		k.notify()
 	}
 	return nil

@@ -269,8 +269,9 @@ func (r *Relay) Run(ctx context.Context) error {
 				// The client's partitions recover one by one after an outage
 				// (reconnects, a new producer epoch after cancelled records):
 				// timeouts in the first produce attempts are the outage's tail,
-				// not the rows' fault.
-				r.noChargeUntil = time.Now().Add(2 * r.cfg.ProduceTimeout)
+				// not the rows' fault. Until a batch goes through cleanly (or
+				// the window passes), retriable failures are not charged.
+				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
 			default:
 				full = res.claimed == r.cfg.BatchSize
@@ -627,6 +628,9 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	}
 	if len(s.sent) > 0 {
 		r.unchargedRetryUsed = false
+	}
+	if len(failed) == 0 {
+		r.noChargeUntil = time.Time{} // a clean batch: the outage is over
 	}
 
 	// Only the earliest failed row of each asset is judged. franz-go fails
