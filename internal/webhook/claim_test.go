@@ -392,3 +392,117 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 		t.Fatalf("after revive claimed %v, want %d", got, third)
 	}
 }
+
+// Retries, deaths and revives running alongside the claims: a revive reopens
+// a row in front of its stream, the case the claim's advisory lock and busy
+// probe are for. The invariant must hold throughout, and everything must be
+// delivered in the end (the streams hint must never hide a claimable head).
+func TestClaimInvariantHoldsThroughRetriesDeathsAndRevives(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.createSub(t, "https://a.example/hook")
+	total := 0
+	for i := range 20 {
+		for _, a := range []string{"", "a1", "a2", "a3", "a4"} {
+			b.insert(t, s.ID, a, i, `{}`)
+			total++
+		}
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 100)
+	var died sync.Map // delivery id -> true: each dies once, then is revived and delivered
+	var wg sync.WaitGroup
+	wg.Go(func() { // the operator, reviving what died
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := b.store.ReviveSubscription(ctx, s.ID); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	for w := range 4 {
+		wg.Go(func() {
+			by := fmt.Sprintf("worker-%d", w)
+			for round := 0; round < 3000; round++ {
+				cs, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: by, Limit: 4, MaxInFlight: 100, Lease: time.Minute})
+				if err != nil {
+					errs <- err
+					return
+				}
+				var violations int
+				if err := b.pool.QueryRow(ctx, `
+SELECT count(*) FROM (
+  SELECT subscription_id, coalesce(asset_id, '') FROM bridge.deliveries WHERE status = 'delivering'
+  GROUP BY 1, 2 HAVING count(*) > 1) v`).Scan(&violations); err != nil {
+					errs <- err
+					return
+				}
+				if violations > 0 {
+					errs <- fmt.Errorf("round %d: %d streams with two deliveries in flight", round, violations)
+					return
+				}
+				for i := range cs {
+					c := &cs[i]
+					o := Outcome{StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500"}
+					_, diedBefore := died.Load(c.ID)
+					switch {
+					case c.Seq%7 == 0 && !diedBefore:
+						died.Store(c.ID, true)
+						_, err = b.store.Dead(ctx, c, by, o, 1_000_000, false)
+					case c.Seq%5 == 0 && c.Attempts == 1:
+						_, err = b.store.Retry(ctx, c, by, o, 0)
+					default:
+						_, err = b.store.Complete(ctx, c, by, Outcome{StartedAt: time.Now(), StatusCode: 200})
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				var delivered int
+				if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status = 'delivered'`).Scan(&delivered); err != nil {
+					errs <- err
+					return
+				}
+				if delivered == total {
+					return
+				}
+			}
+		})
+	}
+	// Wait for the workers (they return when all is delivered), then the reviver.
+	defer func() {
+		if t.Failed() {
+			rows, _ := b.pool.Query(ctx, `SELECT d.id, d.seq, coalesce(d.asset_id, '-'), d.status, d.attempts, d.next_attempt_at <= now(), st.ready_at, st.gen
+FROM bridge.deliveries d LEFT JOIN bridge.delivery_streams st ON st.subscription_id = d.subscription_id AND st.asset_key = coalesce(d.asset_id, '')
+WHERE d.status <> 'delivered' ORDER BY d.seq`)
+			for rows.Next() {
+				vals, _ := rows.Values()
+				t.Logf("open: %v", vals)
+			}
+			rows.Close()
+		}
+	}()
+	waitFor(t, "every delivery to be delivered", 60*time.Second, func() bool {
+		var delivered int
+		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status = 'delivered'`).Scan(&delivered)
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		return delivered == total
+	})
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -122,6 +122,16 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // ready_at to now(), which sends it to the back of its subscription's queue:
 // round-robin across a subscription's assets.
 //
+// Parks and rotations are hints, so they take stream rows with SKIP LOCKED:
+// a stream row someone else is writing (a consumer's insert holds it until
+// commit) is left for the next claim rather than waited for. Waiting here
+// deadlocked: a claim parking several streams, an outcome holding a stream
+// and wanting its subscription row, another outcome holding the
+// subscription row and wanting a stream (found by
+// TestClaimInvariantHoldsThroughRetriesDeathsAndRevives). Writers that must
+// not skip (the insert trigger, revive) take several stream rows in
+// (subscription_id, asset_key) order.
+//
 // The null asset is one stream: asset_key and the probes use the coalesce of
 // asset_id to the empty string (as IS NOT DISTINCT FROM would match NULL with
 // NULL), the expression deliveries_open_by_stream and
@@ -196,12 +206,19 @@ claimed AS (
   WHERE d.id = l.id
   RETURNING d.*
 ),
-parked AS (
-  UPDATE bridge.delivery_streams st
-  SET ready_at = CASE WHEN h.id IS NULL THEN 'infinity' ELSE h.next_attempt_at END
-  FROM heads h
-  WHERE st.subscription_id = h.subscription_id AND st.asset_key = h.asset_key AND st.gen = h.gen
+to_park AS (
+  SELECT st.subscription_id, st.asset_key,
+         CASE WHEN h.id IS NULL THEN 'infinity' ELSE h.next_attempt_at END AS ready_at
+  FROM bridge.delivery_streams st
+  JOIN heads h ON st.subscription_id = h.subscription_id AND st.asset_key = h.asset_key
+  WHERE st.gen = h.gen
     AND (h.id IS NULL OR (h.status = 'pending' AND NOT h.busy AND h.next_attempt_at > now()))
+  FOR UPDATE OF st SKIP LOCKED
+),
+parked AS (
+  UPDATE bridge.delivery_streams st SET ready_at = p.ready_at
+  FROM to_park p
+  WHERE st.subscription_id = p.subscription_id AND st.asset_key = p.asset_key
 )
 SELECT c.id, c.seq, c.subscription_id::text, c.event_id, c.event_type, c.topic, c.asset_id, c.asset_seq,
        c.payload::text, c.event_created_at, coalesce(c.traceparent, ''), coalesce(c.tracestate, ''),
@@ -284,7 +301,9 @@ s AS (
 ),
 st AS (
   UPDATE bridge.delivery_streams st SET ready_at = now()
-  FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key
+  WHERE (st.subscription_id, st.asset_key) IN (
+    SELECT x.subscription_id, x.asset_key FROM bridge.delivery_streams x JOIN d USING (subscription_id, asset_key)
+    FOR UPDATE OF x SKIP LOCKED)
 )
 SELECT count(*) FROM d`
 
@@ -317,7 +336,9 @@ WITH d AS (
 ),
 st AS (
   UPDATE bridge.delivery_streams st SET ready_at = now()
-  FROM d WHERE st.subscription_id = d.subscription_id AND st.asset_key = d.asset_key
+  WHERE (st.subscription_id, st.asset_key) IN (
+    SELECT x.subscription_id, x.asset_key FROM bridge.delivery_streams x JOIN d USING (subscription_id, asset_key)
+    FOR UPDATE OF x SKIP LOCKED)
 ),
 s AS (
   UPDATE bridge.subscriptions s
@@ -352,7 +373,7 @@ WITH d AS (
 ),
 st AS (
   INSERT INTO bridge.delivery_streams AS st (subscription_id, asset_key, ready_at)
-  SELECT DISTINCT subscription_id, asset_key, now() FROM d
+  SELECT DISTINCT subscription_id, asset_key, now() FROM d ORDER BY 1, 2
   ON CONFLICT (subscription_id, asset_key) DO UPDATE SET ready_at = now(), gen = st.gen + 1
 )
 SELECT id FROM d ORDER BY seq`
@@ -366,7 +387,7 @@ WITH d AS (
 ),
 st AS (
   INSERT INTO bridge.delivery_streams AS st (subscription_id, asset_key, ready_at)
-  SELECT DISTINCT subscription_id, asset_key, now() FROM d
+  SELECT DISTINCT subscription_id, asset_key, now() FROM d ORDER BY 1, 2
   ON CONFLICT (subscription_id, asset_key) DO UPDATE SET ready_at = now(), gen = st.gen + 1
 )
 SELECT id FROM d ORDER BY seq`
