@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -39,9 +40,7 @@ const (
 //   - the W3C trace context in the request's context is injected as
 //     traceparent/tracestate, and a client span recorded when tp has an SDK.
 func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider) *http.Client {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
+	tp = tracerProvider(tp)
 	dialer := &net.Dialer{
 		Timeout:   10 * time.Second,
 		KeepAlive: 30 * time.Second,
@@ -61,7 +60,7 @@ func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider) *http.Client
 	// The propagator is passed explicitly rather than taken from otel's
 	// global: the stored traceparent must travel even when no SDK (and no
 	// global propagator) is configured.
-	rt := otelhttp.NewTransport(base,
+	rt := otelhttp.NewTransport(attemptSpan{next: base},
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "webhook POST " + r.URL.Host }),
@@ -72,6 +71,35 @@ func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider) *http.Client
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// attemptKey carries the claim into the request's context, so the client
+// span of the attempt can say which delivery, subscription and attempt it is.
+type attemptKey struct{}
+
+// attemptSpan runs inside otelhttp's transport, where the request's context
+// holds the client span otelhttp started: it adds the bridge's attributes to
+// it, and marks a 3xx (a failure here: redirects are never followed) as an
+// error, which otelhttp does not.
+type attemptSpan struct{ next http.RoundTripper }
+
+func (a attemptSpan) RoundTrip(r *http.Request) (*http.Response, error) {
+	span := trace.SpanFromContext(r.Context())
+	if c, ok := r.Context().Value(attemptKey{}).(*Claim); ok && span.IsRecording() {
+		span.SetAttributes(
+			attribute.Int("webhook.attempt", c.Attempts),
+			attribute.String("webhook.subscription_id", c.SubscriptionID),
+			attribute.Int64("webhook.delivery_id", c.ID),
+			attribute.String("messaging.message.id", c.EventID),
+			attribute.String("webhook.event_type", c.EventType),
+			attribute.Bool("webhook.revived", c.Revived),
+		)
+	}
+	resp, err := a.next.RoundTrip(r)
+	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		span.SetStatus(codes.Error, fmt.Sprintf("HTTP %d: redirects are not followed", resp.StatusCode))
+	}
+	return resp, err
 }
 
 // result is what one HTTP attempt produced.
@@ -106,6 +134,7 @@ func (r result) describe() string {
 // send makes one attempt of claim c, continuing the trace stored with it.
 func send(ctx context.Context, client *http.Client, c *Claim, timeout time.Duration, now time.Time) result {
 	ctx = tracing.ContextWithRemoteParent(ctx, c.Traceparent, c.Tracestate)
+	ctx = context.WithValue(ctx, attemptKey{}, c)
 	res := result{started: now, traceID: tracing.TraceID(ctx)}
 	body, err := Envelope(c.EventID, c.EventType, c.AssetID, c.AssetSeq, c.EventCreatedAt, c.Payload)
 	if err != nil {

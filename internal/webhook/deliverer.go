@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
@@ -35,6 +39,7 @@ type Deliverer struct {
 	store  *DeliveryStore
 	client *http.Client
 	log    *slog.Logger
+	tracer trace.Tracer
 
 	wake     chan struct{}
 	inFlight atomic.Int64
@@ -54,6 +59,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 		store:  NewDeliveryStore(pool),
 		client: NewHTTPClient(cfg.AllowedCIDRs, cfg.TracerProvider),
 		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
+		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/webhook"),
 		wake:   make(chan struct{}, 1),
 	}, nil
 }
@@ -335,6 +341,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 		default:
 			log.ErrorContext(bctx, "delivery dead; the rows behind it in its stream proceed", "error", out.Error, "status", res.status,
 				"consecutive_dead", r.ConsecutiveFailures)
+			d.deadSpan(bctx, &c, out.Error)
 			if r.DisabledNow {
 				d.cfg.Metrics.SubscriptionDisabled()
 				log.ErrorContext(bctx, "subscription disabled", "reason", r.DisabledReason)
@@ -354,6 +361,26 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 	default:
 		log.WarnContext(bctx, "attempt failed; will retry", "error", out.Error, "status", res.status, "retry_in", delay.Round(time.Millisecond))
 	}
+}
+
+func tracerProvider(tp trace.TracerProvider) trace.TracerProvider {
+	if tp == nil {
+		return otel.GetTracerProvider()
+	}
+	return tp
+}
+
+// deadSpan records a dead delivery in its trace: a short span with a
+// delivery.dead event, so the trace in Jaeger shows where the event stopped.
+func (d *Deliverer) deadSpan(ctx context.Context, c *Claim, reason string) {
+	_, span := d.tracer.Start(ctx, "webhook dead", trace.WithAttributes(
+		attribute.String("messaging.message.id", c.EventID),
+		attribute.String("webhook.subscription_id", c.SubscriptionID),
+		attribute.Int64("webhook.delivery_id", c.ID),
+		attribute.Int("webhook.attempt", c.Attempts)))
+	span.AddEvent("delivery.dead", trace.WithAttributes(attribute.String("reason", reason)))
+	span.SetStatus(codes.Error, reason)
+	span.End()
 }
 
 func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *Claim) {

@@ -38,6 +38,9 @@ type Claim struct {
 	Attempts int
 	URL      string
 	Secrets  []string
+	// Revived is true once an operator revived this delivery (dead →
+	// pending): its spans say so, still in the original trace.
+	Revived bool
 }
 
 // Attempt is one HTTP attempt, as logged.
@@ -116,7 +119,7 @@ func (s *DeliveryStore) Claim(ctx context.Context, p ClaimParams) ([]Claim, erro
 			var c Claim
 			var payload string
 			err := r.Scan(&c.ID, &c.Seq, &c.SubscriptionID, &c.EventID, &c.EventType, &c.Topic, &c.AssetID, &c.AssetSeq,
-				&payload, &c.EventCreatedAt, &c.Traceparent, &c.Tracestate, &c.Attempts, &c.URL, &c.Secrets)
+				&payload, &c.EventCreatedAt, &c.Traceparent, &c.Tracestate, &c.Attempts, &c.URL, &c.Secrets, &c.Revived)
 			c.Payload = []byte(payload)
 			return c, err
 		})

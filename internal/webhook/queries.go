@@ -225,7 +225,8 @@ SELECT c.id, c.seq, c.subscription_id::text, c.event_id, c.event_type, c.topic, 
        c.attempts, s.url,
        ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
              WHERE k.subscription_id = c.subscription_id AND (k.expires_at IS NULL OR k.expires_at > now())
-             ORDER BY k.id DESC)
+             ORDER BY k.id DESC),
+       c.revived_at IS NOT NULL
 FROM claimed c JOIN bridge.subscriptions s ON s.id = c.subscription_id
 ORDER BY c.seq`
 

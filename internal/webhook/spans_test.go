@@ -1,0 +1,98 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func spanAttr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+// Each HTTP attempt's client span says which attempt of which delivery and
+// subscription it is and fails on an error answer; a dead delivery leaves a
+// delivery.dead event in its trace; a revived delivery's span says so.
+func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var healthy atomic.Bool
+	rc := newReceiver(t, func(*received, int) int {
+		if healthy.Load() {
+			return http.StatusOK
+		}
+		return http.StatusInternalServerError
+	})
+	sub := b.createSub(t, rc.URL)
+	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp})
+	id := b.insert(t, sub.ID, "x", 1, `{}`)
+	b.waitStatus(t, id, StatusDead)
+
+	var clients, dead []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "webhook dead":
+			dead = append(dead, s)
+		default:
+			if _, ok := spanAttr(s, "webhook.attempt"); ok {
+				clients = append(clients, s)
+			}
+		}
+	}
+	if len(clients) != 2 {
+		t.Fatalf("%d client spans with webhook.attempt, want 2 (one per attempt)", len(clients))
+	}
+	for i, s := range clients {
+		if v, _ := spanAttr(s, "webhook.attempt"); v.AsInt64() != int64(i+1) {
+			t.Errorf("span %d: webhook.attempt = %d", i, v.AsInt64())
+		}
+		if v, _ := spanAttr(s, "webhook.subscription_id"); v.AsString() != sub.ID {
+			t.Errorf("span %d: webhook.subscription_id = %q, want %q", i, v.AsString(), sub.ID)
+		}
+		if s.Status().Code != codes.Error {
+			t.Errorf("span %d for an HTTP 500: status %v, want Error", i, s.Status().Code)
+		}
+		if v, _ := spanAttr(s, "webhook.revived"); v.AsBool() {
+			t.Errorf("span %d: revived before any revive", i)
+		}
+	}
+	if len(dead) != 1 || len(dead[0].Events()) != 1 || dead[0].Events()[0].Name != "delivery.dead" {
+		t.Fatalf("dead delivery spans: %d, want one with a delivery.dead event", len(dead))
+	}
+	if dead[0].SpanContext().TraceID() != clients[0].SpanContext().TraceID() {
+		t.Fatal("the dead span is not in the delivery's trace")
+	}
+
+	healthy.Store(true)
+	if _, err := b.store.Revive(context.Background(), []int64{id}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, id, StatusDelivered)
+	var revived []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if v, ok := spanAttr(s, "webhook.revived"); ok && v.AsBool() {
+			revived = append(revived, s)
+		}
+	}
+	if len(revived) != 1 || revived[0].Status().Code == codes.Error {
+		t.Fatalf("revived attempt spans: %d, want 1 successful", len(revived))
+	}
+	if revived[0].SpanContext().TraceID() != clients[0].SpanContext().TraceID() {
+		t.Fatal("the revived attempt left the original trace")
+	}
+}
