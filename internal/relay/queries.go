@@ -218,3 +218,16 @@ const benchDeleteTopicSQL = `DELETE FROM bridge.outbox WHERE topic = $1`
 
 const benchLatencySQL = `
 SELECT id, extract(epoch FROM sent_at)::float8 FROM bridge.outbox WHERE id = ANY($1::uuid[]) AND status = 'SENT'`
+
+// benchClaimMarkSQL is the machine's ceiling for the relay's bookkeeping: a
+// batch of NEW rows claimed in seq order and marked SENT in one statement.
+const benchClaimMarkSQL = `
+WITH c AS (
+  SELECT id FROM bridge.outbox
+  WHERE status = 'NEW' AND topic = $1
+  ORDER BY seq
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)
+UPDATE bridge.outbox o
+SET status = 'SENT', sent_at = now(), kafka_partition = 0, kafka_offset = 0
+FROM c WHERE o.id = c.id`
