@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"os"
 	"errors"
 	"log/slog"
 	"time"
@@ -131,7 +132,19 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 	if err != nil {
 		return nil, err
 	}
-	rt.Metrics, err = metrics.New(metrics.Options{Resource: res, Logger: logger, RefreshInterval: opts.refresh})
+	getenv := opts.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	mopts := metrics.Options{Resource: res, Logger: logger, RefreshInterval: opts.refresh}
+	otlpMetrics, err := metrics.OTLPReader(ctx, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if otlpMetrics != nil {
+		mopts.Readers = append(mopts.Readers, otlpMetrics)
+	}
+	rt.Metrics, err = metrics.New(mopts)
 	if err != nil {
 		return nil, err
 	}
