@@ -2,9 +2,9 @@ package cli
 
 import (
 	"context"
-	"os"
 	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -333,6 +333,7 @@ func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config, n, as
 	}
 	return float64(done) / time.Since(start).Seconds(), nil
 }
+
 // verifyOrder reads the topic from the start and checks that, per key, the
 // first copy of each dedup-id carries asset-seq 1, 2, 3, ... in offset order.
 func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want int) (read, violations int, err error) {
