@@ -44,15 +44,24 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // value val ("" key: any), failing the test when there is not exactly one.
 func findSpan(t *testing.T, r recorded, name string, key attribute.Key, val string) sdktrace.ReadOnlySpan {
 	t.Helper()
+	// A span ends when its own work returns (an ack callback, a response
+	// read), which can be a moment after the next hop already saw the
+	// event: wait briefly for it rather than racing it.
 	var found []sdktrace.ReadOnlySpan
-	for _, s := range r.rec.Ended() {
-		if s.Name() != name {
-			continue
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		found = found[:0]
+		for _, s := range r.rec.Ended() {
+			if s.Name() != name {
+				continue
+			}
+			if key != "" && attrs(s)[key].Emit() != val {
+				continue
+			}
+			found = append(found, s)
 		}
-		if key != "" && attrs(s)[key].Emit() != val {
-			continue
+		if len(found) >= 1 || time.Now().After(deadline) {
+			break
 		}
-		found = append(found, s)
 	}
 	if len(found) != 1 {
 		t.Fatalf("%d spans named %q with %s=%s, want 1", len(found), name, key, val)
@@ -64,9 +73,15 @@ func findSpan(t *testing.T, r recorded, name string, key attribute.Key, val stri
 func childOf(t *testing.T, r recorded, parent trace.SpanContext, kind trace.SpanKind) sdktrace.ReadOnlySpan {
 	t.Helper()
 	var found []sdktrace.ReadOnlySpan
-	for _, s := range r.rec.Ended() {
-		if s.Parent().SpanID() == parent.SpanID() && s.SpanKind() == kind {
-			found = append(found, s)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		found = found[:0]
+		for _, s := range r.rec.Ended() {
+			if s.Parent().SpanID() == parent.SpanID() && s.SpanKind() == kind {
+				found = append(found, s)
+			}
+		}
+		if len(found) >= 1 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if len(found) != 1 {
