@@ -28,18 +28,10 @@ func webhookError(err error) error {
 	return err
 }
 
-// withWebhookDB loads the configuration, connects, and runs f.
+// withWebhookDB is withDB for the webhook commands: their validation errors
+// and unknown ids exit 2.
 func withWebhookDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
-	cfg, err := loadConfig(config.Needs{Database: true})
-	if err != nil {
-		return err
-	}
-	pool, err := openCurrentDB(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return webhookError(f(cfg, pool))
+	return webhookError(withDB(ctx, f))
 }
 
 func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *webhook.SubscriptionStore {
