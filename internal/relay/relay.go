@@ -311,15 +311,21 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 
 func (r *Relay) keepLanes(ctx context.Context) {
 	// Renew well within the lease so one slow round trip does not lose it.
-	t := time.NewTicker(max(r.cfg.LeaseTimeout/5, 100*time.Millisecond))
+	r.every(ctx, max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), "lane lease upkeep failed", r.lanes.tick)
+}
+
+// every runs job on a ticker until ctx ends; a failure is logged as what
+// and the loop goes on (context.Canceled at shutdown is not a failure).
+func (r *Relay) every(ctx context.Context, interval time.Duration, what string, job func(context.Context) error) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := r.lanes.tick(ctx); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "lane lease upkeep failed", "error", err)
+			if err := job(ctx); err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, what, "error", err)
 			}
 		}
 	}
@@ -366,19 +372,10 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 
 // retain deletes SENT rows past the retention in bounded batches.
 func (r *Relay) retain(ctx context.Context) {
-	every := min(max(r.cfg.Retention/10, time.Second), time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := DeleteSent(ctx, r.pool, r.cfg.Retention); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "outbox retention failed", "error", err)
-			}
-		}
-	}
+	r.every(ctx, min(max(r.cfg.Retention/10, time.Second), time.Minute), "outbox retention failed", func(ctx context.Context) error {
+		_, err := DeleteSent(ctx, r.pool, r.cfg.Retention)
+		return err
+	})
 }
 
 // DeleteSent deletes SENT rows older than retention, 5000 at a time, and
