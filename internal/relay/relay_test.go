@@ -716,3 +716,36 @@ func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 		t.Fatalf("Kafka holds %d (then %d) records, %d rows SENT: produced rows were left unmarked", len(recs), len(extra), c["SENT"])
 	}
 }
+
+// Retention deletes SENT rows older than RELAY_RETENTION, in bounded batches,
+// and never touches NEW or FAILED rows or recent SENT ones.
+func TestRetentionDeletesOnlyOldSentRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var evs []outbox.Event
+	for i := range 12000 {
+		evs = append(evs, outbox.Event{Topic: "t", AssetID: fmt.Sprintf("a-%d", i%10), EventType: "e", Payload: payload(i)})
+	}
+	b.enqueue(evs...)
+	// 11,000 old SENT rows (more than one 5,000-row batch), 500 recent SENT,
+	// 250 FAILED long ago, 250 NEW long ago.
+	if _, err := b.db.Pool.Exec(ctx, `
+WITH r AS (SELECT id, row_number() OVER (ORDER BY seq) n FROM bridge.outbox)
+UPDATE bridge.outbox o SET
+  status = CASE WHEN r.n <= 11500 THEN 'SENT' WHEN r.n <= 11750 THEN 'FAILED' ELSE 'NEW' END,
+  sent_at = CASE WHEN r.n <= 11000 THEN now() - interval '2 days' WHEN r.n <= 11500 THEN now() END,
+  failed_at = CASE WHEN r.n > 11500 AND r.n <= 11750 THEN now() - interval '2 days' END,
+  created_at = now() - interval '3 days'
+FROM r WHERE o.id = r.id`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := DeleteSent(ctx, b.db.Pool, 24*time.Hour)
+	if err != nil || n != 11000 {
+		t.Fatalf("DeleteSent = %d, %v; want 11000", n, err)
+	}
+	c := b.countStatus()
+	if c["SENT"] != 500 || c["FAILED"] != 250 || c["NEW"] != 250 {
+		t.Fatalf("left %v, want 500 recent SENT, 250 FAILED, 250 NEW", c)
+	}
+}

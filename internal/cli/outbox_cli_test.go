@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/outboxbridge/bridge/internal/pgtest"
+)
+
+// The operator commands against a database with NEW, SENT and FAILED rows:
+// stats and failed report them (payloads only with --payload), replay needs a
+// selector and returns FAILED rows to NEW with attempts reset; -o json works
+// for scripts; bad flags exit 2.
+func TestCLIOutboxStatsFailedReplay(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var ids []uuid.UUID
+	for _, asset := range []string{"a", "b", "c", "d"} {
+		var id uuid.UUID
+		if err := db.Pool.QueryRow(ctx, `SELECT bridge.enqueue('assets', $1, 'asset.created', '{"secret-payload": true}')`, asset).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.outbox SET status = 'SENT', sent_at = now() WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.outbox SET status = 'FAILED', attempts = 10, failed_at = now(), last_error = 'MESSAGE_TOO_LARGE' WHERE id = ANY($1)`, ids[1:3]); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": db.URL}
+
+	r := bridge(t, env, "outbox", "stats", "-o", "json")
+	var st struct {
+		ByStatus      map[string]int64 `json:"by_status"`
+		FailedByTopic map[string]int64 `json:"failed_by_topic"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+		t.Fatalf("stats: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if st.ByStatus["NEW"] != 1 || st.ByStatus["SENT"] != 1 || st.ByStatus["FAILED"] != 2 || st.FailedByTopic["assets"] != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if r := bridge(t, env, "outbox", "stats"); r.code != 0 || !strings.Contains(r.stdout, "FAILED") || !strings.Contains(r.stdout, "oldest NEW row") {
+		t.Fatalf("stats table: %q", r.stdout)
+	}
+
+	r = bridge(t, env, "outbox", "failed", "--topic", "assets")
+	if r.code != 0 || !strings.Contains(r.stdout, ids[1].String()) || !strings.Contains(r.stdout, "MESSAGE_TOO_LARGE") {
+		t.Fatalf("failed: %q %q", r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "secret-payload") {
+		t.Fatal("failed printed a payload without --payload")
+	}
+	if r := bridge(t, env, "outbox", "failed", "--payload", "-o", "json"); r.code != 0 || !strings.Contains(r.stdout, "secret-payload") {
+		t.Fatalf("failed --payload -o json: %q", r.stdout)
+	}
+
+	for _, bad := range [][]string{
+		{"outbox", "replay"},
+		{"outbox", "replay", "--id", "not-a-uuid"},
+		{"outbox", "replay", "--id", ids[1].String(), "--all-failed"},
+		{"outbox", "replay", "--id", ids[1].String(), "--topic", "assets"},
+		{"outbox", "failed", "--limit", "0"},
+		{"outbox", "stats", "-o", "yaml"},
+	} {
+		if r := bridge(t, env, bad...); r.code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", bad, r.code, r.stderr)
+		}
+	}
+
+	r = bridge(t, env, "outbox", "replay", "--id", ids[1].String(), "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"replayed": 1`) {
+		t.Fatalf("replay --id: %q %q", r.stdout, r.stderr)
+	}
+	r = bridge(t, env, "outbox", "replay", "--all-failed", "--topic", "assets", "--since", "1h")
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed 1 row") {
+		t.Fatalf("replay --all-failed: %q %q", r.stdout, r.stderr)
+	}
+	var news, attempts int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(attempts), 0) FROM bridge.outbox WHERE status = 'NEW'`).Scan(&news, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if news != 3 || attempts != 0 {
+		t.Fatalf("after replay: %d NEW rows with %d attempts, want 3 with 0", news, attempts)
+	}
+}
