@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/relay"
 )
@@ -45,17 +44,9 @@ func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("cursor", "is not a next_cursor returned by this list")
 		}
 	}
-	rows, err := a.pool.Query(r.Context(), listFailedPageSQL, q.Get("topic"), after, limit+1)
+	items, err := relay.ListFailed(r.Context(), a.pool, q.Get("topic"), limit+1, false, after)
 	if err != nil {
-		return fmt.Errorf("list failed outbox rows: %w", err)
-	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (relay.FailedRow, error) {
-		var f relay.FailedRow
-		err := r.Scan(&f.ID, &f.Seq, &f.AssetSeq, &f.Topic, &f.AssetID, &f.EventType, &f.Attempts, &f.LastError, &f.CreatedAt, &f.FailedAt)
-		return f, err
-	})
-	if err != nil {
-		return fmt.Errorf("list failed outbox rows: %w", err)
+		return err
 	}
 	page := list[relay.FailedRow]{Items: items}
 	if page.Items == nil {

@@ -95,7 +95,7 @@ func newOutboxFailedCmd() *cobra.Command {
 		}
 		var rows []relay.FailedRow
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
-			rows, err = relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload)
+			rows, err = relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload, 0)
 			return err
 		})
 		if err != nil {

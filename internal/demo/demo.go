@@ -419,7 +419,7 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 	pl.mu.Unlock()
 
 	if sum.Failed > 0 {
-		if rows, err := relay.ListFailed(ctx, env.Pool, sum.Topic, 1, false); err == nil && len(rows) > 0 {
+		if rows, err := relay.ListFailed(ctx, env.Pool, sum.Topic, 1, false, 0); err == nil && len(rows) > 0 {
 			sum.FailedReason = rows[0].LastError
 		}
 	}

@@ -68,9 +68,10 @@ type FailedRow struct {
 	Payload   *string    `json:"payload,omitempty"`
 }
 
-// ListFailed returns FAILED rows in seq order (topic "" = all).
-func ListFailed(ctx context.Context, pool *pgxpool.Pool, topic string, limit int, withPayload bool) ([]FailedRow, error) {
-	rows, err := pool.Query(ctx, listFailedSQL, topic, limit, withPayload)
+// ListFailed returns up to limit FAILED rows with seq above afterSeq, in seq
+// order (topic "" = all; afterSeq 0 = from the start).
+func ListFailed(ctx context.Context, pool *pgxpool.Pool, topic string, limit int, withPayload bool, afterSeq int64) ([]FailedRow, error) {
+	rows, err := pool.Query(ctx, listFailedSQL, topic, limit, withPayload, afterSeq)
 	if err != nil {
 		return nil, fmt.Errorf("list failed outbox rows: %w", err)
 	}

@@ -160,11 +160,14 @@ FROM bridge.outbox WHERE status = 'NEW'`
 const failedByTopicSQL = `
 SELECT topic, count(*) FROM bridge.outbox WHERE status = 'FAILED' GROUP BY topic ORDER BY topic`
 
+// listFailedSQL pages FAILED rows in seq order after seq $4 (0: from the
+// start; a keyset cursor stays stable while rows are replayed or parked
+// between two pages). The payload is read only when asked for ($3).
 const listFailedSQL = `
 SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, ''), created_at, failed_at,
        CASE WHEN $3 THEN payload::text END
 FROM bridge.outbox
-WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
+WHERE status = 'FAILED' AND ($1 = '' OR topic = $1) AND seq > $4
 ORDER BY seq
 LIMIT $2`
 
