@@ -238,7 +238,7 @@ FROM c WHERE o.id = c.id`
 // Console queries (inspect.go) ------------------------------------------------
 
 // failedMatchingWhere is the one definition of FailedFilter ($1 topic, $2
-// asset, $3 event type, $4 error substring, $5/$6 failed_at range; ” and
+// asset, $3 event type, $4 error substring, $5/$6 failed_at range; empty and
 // NULL match everything). The error text is matched with strpos, not LIKE:
 // an operator pasting an error containing % or _ means those characters.
 const failedMatchingWhere = `
