@@ -169,10 +169,25 @@ func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.routes.ServeHTTP(w, r)
 }
 
-// authorized compares the bearer token with ADMIN_TOKEN in constant time.
-// Both sides are hashed first: subtle.ConstantTimeCompare returns at once on
-// a length mismatch, which would reveal the token's length.
-func (a *adminAPI) authorized(r *http.Request) bool {
+func (a *adminAPI) authorized(r *http.Request) bool { return bearerMatches(r, a.tokenDigest) }
+
+// Authorizes returns whether a request carries token as its bearer token
+// (for what else on HTTP_ADDR shows more to the admin, like /readyz's
+// error details). A blank token authorizes nobody.
+func Authorizes(token string) func(*http.Request) bool {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return func(*http.Request) bool { return false }
+	}
+	digest := sha256.Sum256([]byte(token))
+	return func(r *http.Request) bool { return bearerMatches(r, digest) }
+}
+
+// bearerMatches compares the bearer token with the one whose digest is
+// given, in constant time. Both sides are hashed: subtle.ConstantTimeCompare
+// returns at once on a length mismatch, which would reveal the token's
+// length.
+func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
@@ -182,7 +197,7 @@ func (a *adminAPI) authorized(r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(got[:], a.tokenDigest[:]) == 1
+	return subtle.ConstantTimeCompare(got[:], digest[:]) == 1
 }
 
 // unrouted answers a request no pattern matches in JSON: 405 (with Allow)

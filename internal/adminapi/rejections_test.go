@@ -82,3 +82,28 @@ func TestRejectedRequestsLoggedPerSourceAndCounted(t *testing.T) {
 		t.Errorf("a token reached the log:\n%s", logs.String())
 	}
 }
+
+// Authorizes is the API's own check, for what else shows more to the
+// admin (/readyz details); a blank token authorizes nobody.
+func TestAuthorizes(t *testing.T) {
+	t.Parallel()
+	req := func(auth string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+		r.Header.Set("Authorization", auth)
+		return r
+	}
+	ok := Authorizes(testToken)
+	if !ok(req("Bearer "+testToken)) || !ok(req("bearer "+testToken)) {
+		t.Error("the right token is refused")
+	}
+	for _, bad := range []string{"", "Bearer", "Bearer wrong", "Bearer " + testToken + "x", testToken} {
+		if ok(req(bad)) {
+			t.Errorf("Authorization %q authorized", bad)
+		}
+	}
+	for _, blank := range []string{"", "  "} {
+		if Authorizes(blank)(req("Bearer ")) || Authorizes(blank)(req("Bearer  ")) {
+			t.Errorf("blank token %q authorizes", blank)
+		}
+	}
+}

@@ -210,6 +210,8 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			Metrics: rt.Metrics.Handler(),
 			Checks:  checks,
 			Logger:  logger,
+			// The failing check's error text only with ADMIN_TOKEN.
+			ShowDetails: adminapi.Authorizes(cfg.HTTP.AdminToken),
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
 		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
