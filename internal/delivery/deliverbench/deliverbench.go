@@ -24,10 +24,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // Options configure one run.
@@ -37,7 +37,7 @@ type Options struct {
 	Events        int // backlog inserted before the deliverer starts
 	LiveEvents    int // inserted at LiveRate while it runs, for latency
 	LiveRate      int // events per second
-	Deliverer     webhook.Config
+	Deliverer     delivery.Config
 	Timeout       time.Duration // whole run; default 10m
 	Logger        *slog.Logger
 }
@@ -169,14 +169,14 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription}
 
 	// The machine's ceiling: the same client and receiver, no database.
-	res.CeilingPerSecond = ceiling(ctx, webhook.NewHTTPClient(dc.AllowedCIDRs, nil), base+"/ceiling", dc.Workers)
+	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil), base+"/ceiling", dc.Workers)
 	logger.InfoContext(ctx, "ceiling measured", "http_posts_per_second", int(res.CeilingPerSecond))
 
-	subs := webhook.NewSubscriptionStore(pool, true, 0)
+	subs := store.NewSubscriptionStore(pool, true, 0)
 	subIDs := make([]string, o.Subscriptions)
 	for i := range subIDs {
 		u := fmt.Sprintf("%s/s/%d", base, i)
-		s, err := subs.Create(ctx, webhook.SubscriptionInput{URL: &u, EventTypes: []string{"*"}})
+		s, err := subs.Create(ctx, store.SubscriptionInput{URL: &u, EventTypes: []string{"*"}})
 		if err != nil {
 			return nil, err
 		}
@@ -184,25 +184,27 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	}
 	seqs := map[string]int64{}
 	pad := strings.Repeat("x", 160)
-	nextRows := func(from, n int, live bool) [][]any {
-		rows := make([][]any, 0, n)
+	nextRows := func(from, n int, live bool) []store.Pending {
+		rows := make([]store.Pending, 0, n)
 		t := time.Now().UnixNano()
 		for i := from; i < from+n; i++ {
 			s := i % o.Subscriptions
 			asset := "asset-" + strconv.Itoa((i/o.Subscriptions)%o.Assets)
 			key := subIDs[s] + "|" + asset
 			seqs[key]++
+			seq := seqs[key]
 			p, _ := json.Marshal(payload{T: t, Live: live, Pad: pad})
-			rows = append(rows, []any{subIDs[s], fmt.Sprintf("bench-%d-%v", i, live), "bench.event", "bench", asset, seqs[key], p, time.Now()})
+			rows = append(rows, store.Pending{SubscriptionID: subIDs[s], Event: store.Event{
+				ID: fmt.Sprintf("bench-%d-%v", i, live), Type: "bench.event", Topic: "bench", AssetID: &asset,
+				AssetSeq: &seq, Payload: string(p), CreatedAt: time.Now()}})
 		}
 		return rows
 	}
-	columns := []string{"subscription_id", "event_id", "event_type", "topic", "asset_id", "asset_seq", "payload", "event_created_at"}
 
 	start := time.Now()
 	for from := 0; from < o.Events; from += 10000 {
 		n := min(10000, o.Events-from)
-		if _, err := pool.CopyFrom(ctx, pgx.Identifier{"bridge", "deliveries"}, columns, pgx.CopyFromRows(nextRows(from, n, false))); err != nil {
+		if err := store.CopyPending(ctx, pool, nextRows(from, n, false)); err != nil {
 			return nil, fmt.Errorf("insert backlog: %w", err)
 		}
 	}
@@ -234,7 +236,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		}
 	})
 
-	d, err := webhook.NewDeliverer(pool, dc)
+	d, err := delivery.NewDeliverer(pool, dc)
 	if err != nil {
 		stopSampling()
 		return nil, err
@@ -271,7 +273,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		for sent := 0; sent < o.LiveEvents; {
 			<-t.C
 			n := min(perTick, o.LiveEvents-sent)
-			if _, err := pool.CopyFrom(ctx, pgx.Identifier{"bridge", "deliveries"}, columns, pgx.CopyFromRows(nextRows(o.Events+sent, n, true))); err != nil {
+			if err := store.CopyPending(ctx, pool, nextRows(o.Events+sent, n, true)); err != nil {
 				t.Stop()
 				_ = stop()
 				return nil, fmt.Errorf("insert live events: %w", err)
@@ -297,8 +299,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	}
 	res.OrderViolations = rc.violations.Load()
 	res.Duplicates = rc.dups.Load()
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status <> 'delivered'`).Scan(&res.NotDelivered); err != nil {
-		return nil, fmt.Errorf("count undelivered: %w", err)
+	if res.NotDelivered, err = store.NotDelivered(ctx, pool); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

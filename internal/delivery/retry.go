@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"math/rand/v2"

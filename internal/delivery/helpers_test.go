@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
 type testBundle struct {
 	db    *pgtest.DB
 	pool  *pgxpool.Pool
-	subs  *SubscriptionStore
-	store *DeliveryStore
+	subs  *store.SubscriptionStore
+	store *store.DeliveryStore
 }
 
 func setup(t *testing.T) *testBundle { return setupB(t) }
@@ -32,8 +33,8 @@ func setupB(t testing.TB) *testBundle {
 	return &testBundle{
 		db:    db,
 		pool:  db.Pool,
-		subs:  NewSubscriptionStore(db.Pool, true, time.Hour),
-		store: NewDeliveryStore(db.Pool),
+		subs:  store.NewSubscriptionStore(db.Pool, true, time.Hour),
+		store: store.NewDeliveryStore(db.Pool),
 	}
 }
 
@@ -41,9 +42,9 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustPa
 
 func ptr[T any](v T) *T { return &v }
 
-func (b *testBundle) createSub(t *testing.T, url string) *Subscription {
+func (b *testBundle) createSub(t *testing.T, url string) *store.Subscription {
 	t.Helper()
-	sub, err := b.subs.Create(context.Background(), SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
+	sub, err := b.subs.Create(context.Background(), store.SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
 	if err != nil {
 		t.Fatalf("create subscription: %v", err)
 	}
@@ -87,7 +88,7 @@ func (b *testBundle) get(t *testing.T, id int64) row {
 	return r
 }
 
-func (b *testBundle) sub(t *testing.T, id string) *Subscription {
+func (b *testBundle) sub(t *testing.T, id string) *store.Subscription {
 	t.Helper()
 	s, err := b.subs.Get(context.Background(), id)
 	if err != nil {
@@ -250,4 +251,13 @@ func newRawReceiver(t *testing.T, write func(http.ResponseWriter)) *httptest.Ser
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+func claimOnce(t *testing.T, b *testBundle, by string, limit int) []store.Claim {
+	t.Helper()
+	cs, err := b.store.Claim(context.Background(), store.ClaimParams{ClaimedBy: by, Limit: limit, MaxInFlight: 100, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return cs
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 func TestRunDeliversEverythingInOrder(t *testing.T) {
@@ -18,7 +18,7 @@ func TestRunDeliversEverythingInOrder(t *testing.T) {
 	db := pgtest.New(t)
 	res, err := Run(context.Background(), db.Pool, Options{
 		Subscriptions: 2, Assets: 3, Events: 300, LiveEvents: 60, LiveRate: 300,
-		Deliverer: webhook.Config{Workers: 8, PollInterval: 50 * time.Millisecond},
+		Deliverer: delivery.Config{Workers: 8, PollInterval: 50 * time.Millisecond},
 		Timeout:   2 * time.Minute,
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/tracing"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -85,7 +86,7 @@ type attemptSpan struct{ next http.RoundTripper }
 
 func (a attemptSpan) RoundTrip(r *http.Request) (*http.Response, error) {
 	span := trace.SpanFromContext(r.Context())
-	if c, ok := r.Context().Value(attemptKey{}).(*Claim); ok && span.IsRecording() {
+	if c, ok := r.Context().Value(attemptKey{}).(*store.Claim); ok && span.IsRecording() {
 		span.SetAttributes(
 			attribute.Int("webhook.attempt", c.Attempts),
 			attribute.String("webhook.subscription_id", c.SubscriptionID),
@@ -132,7 +133,7 @@ func (r result) describe() string {
 }
 
 // send makes one attempt of claim c, continuing the trace stored with it.
-func send(ctx context.Context, client *http.Client, c *Claim, timeout time.Duration, now time.Time) result {
+func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time.Duration, now time.Time) result {
 	ctx = tracing.ContextWithRemoteParent(ctx, c.Traceparent, c.Tracestate)
 	ctx = context.WithValue(ctx, attemptKey{}, c)
 	res := result{started: now, traceID: tracing.TraceID(ctx)}

@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -36,7 +37,7 @@ const queryTimeout = 30 * time.Second
 type Deliverer struct {
 	pool   *pgxpool.Pool
 	cfg    Config
-	store  *DeliveryStore
+	store  *store.DeliveryStore
 	client *http.Client
 	log    *slog.Logger
 	tracer trace.Tracer
@@ -56,10 +57,10 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 	return &Deliverer{
 		pool:   pool,
 		cfg:    cfg,
-		store:  NewDeliveryStore(pool),
+		store:  store.NewDeliveryStore(pool),
 		client: NewHTTPClient(cfg.AllowedCIDRs, cfg.TracerProvider),
 		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
-		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/webhook"),
+		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/delivery"),
 		wake:   make(chan struct{}, 1),
 	}, nil
 }
@@ -98,7 +99,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
 
-	jobs := make(chan Claim, d.capacity())
+	jobs := make(chan store.Claim, d.capacity())
 	var workers, loops sync.WaitGroup
 	for range d.cfg.Workers {
 		workers.Go(func() {
@@ -149,7 +150,7 @@ func (d *Deliverer) capacity() int { return d.cfg.Workers + (d.cfg.Workers+1)/2 
 
 // claimLoop claims up to capacity whenever a notification, a finished
 // delivery, a reclaim or the poll tick says there may be work.
-func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- Claim) {
+func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim) {
 	ticker := time.NewTicker(d.cfg.PollInterval)
 	defer ticker.Stop()
 	failures := 0
@@ -158,7 +159,7 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- Claim) {
 		full := false
 		if free > 0 {
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-			claims, err := d.store.Claim(qctx, ClaimParams{
+			claims, err := d.store.Claim(qctx, store.ClaimParams{
 				ClaimedBy: d.cfg.ID, Limit: free, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
 			})
 			cancel()
@@ -292,7 +293,7 @@ func (d *Deliverer) pruneLoop(ctx context.Context) {
 }
 
 // process sends one claimed delivery and records the outcome.
-func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
+func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim) {
 	logCtx := tracing.ContextWithRemoteParent(context.WithoutCancel(ctx), c.Traceparent, c.Tracestate)
 	log := d.log.With("delivery_id", c.ID, "dedup_id", c.EventID, "subscription_id", c.SubscriptionID,
 		"attempt", c.Attempts, "url", redactURL(c.URL))
@@ -312,12 +313,12 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 		d.release(bctx, log, &c)
 		return
 	}
-	out := Outcome{
+	out := store.Outcome{
 		StartedAt: res.started, Duration: res.duration, StatusCode: res.status, Error: res.describe(),
 		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
 	}
 	if res.success() {
-		d.cfg.Metrics.Attempt(res.status, res.duration, StatusDelivered)
+		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDelivered)
 		current, err := d.store.Complete(bctx, &c, d.cfg.ID, out)
 		switch {
 		case err != nil:
@@ -331,7 +332,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c Claim) {
 	}
 	gone := res.status == http.StatusGone
 	if gone || c.Attempts >= d.cfg.maxAttempts() {
-		d.cfg.Metrics.Attempt(res.status, res.duration, StatusDead)
+		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDead)
 		r, err := d.store.Dead(bctx, &c, d.cfg.ID, out, d.cfg.DisableAfter, gone)
 		switch {
 		case err != nil:
@@ -372,7 +373,7 @@ func tracerProvider(tp trace.TracerProvider) trace.TracerProvider {
 
 // deadSpan records a dead delivery in its trace: a short span with a
 // delivery.dead event, so the trace in Jaeger shows where the event stopped.
-func (d *Deliverer) deadSpan(ctx context.Context, c *Claim, reason string) {
+func (d *Deliverer) deadSpan(ctx context.Context, c *store.Claim, reason string) {
 	_, span := d.tracer.Start(ctx, "webhook dead", trace.WithAttributes(
 		attribute.String("messaging.message.id", c.EventID),
 		attribute.String("webhook.subscription_id", c.SubscriptionID),
@@ -383,7 +384,7 @@ func (d *Deliverer) deadSpan(ctx context.Context, c *Claim, reason string) {
 	span.End()
 }
 
-func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *Claim) {
+func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *store.Claim) {
 	if err := d.store.Release(ctx, c, d.cfg.ID); err != nil {
 		log.ErrorContext(ctx, "release failed; the lease will return it", "err", err)
 	}

@@ -1,9 +1,11 @@
-// Package webhook is the delivery half of the bridge: subscriptions and their
-// signing secrets, the deliveries queue in PostgreSQL (claim, reclaim_stalled,
-// release, complete, fail, dead, revive), the SSRF-safe HTTP client, Standard
-// Webhooks signing, and the Deliverer worker pool that ties them together.
+// Package delivery is the delivery engine: the Deliverer (claim loop, worker
+// pool, outcome recording, reclaim, release on shutdown, retention), the
+// SSRF-safe HTTP client, Standard Webhooks signing and the retry schedule.
+// Its tables — subscriptions, secrets, deliveries, delivery streams and the
+// attempt log — are owned by the store subpackage (internal/delivery/store),
+// where every statement over them lives.
 //
-// Every rule here is a named failure mode (seeds/000, HARD-PARTS 6 and 7):
+// Every rule here is a named failure mode:
 //
 //   - One delivery in flight per (subscription, asset): an
 //     asset.version_created delivered after asset.expired republishes an asset
@@ -21,5 +23,6 @@
 //   - The log never reads the payload column: it is the largest column, on the
 //     most-run query, and the cheapest way to read a tenant's history.
 //
-// Every SQL statement lives in queries.go as a named constant.
-package webhook
+// The statements behind these rules are in internal/delivery/store:
+// claim.go, outcomes.go, revive.go, log.go.
+package delivery

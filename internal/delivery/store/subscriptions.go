@@ -1,4 +1,4 @@
-package webhook
+package store
 
 import (
 	"context"
@@ -11,58 +11,98 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DB is what the stores need from PostgreSQL; *pgxpool.Pool satisfies it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
+// bridge.subscriptions ---------------------------------------------------------
 
-// ErrNotFound is returned for an unknown subscription or delivery id.
-var ErrNotFound = errors.New("not found")
+// subscriptionColumns is the one column list of a Subscription, named as its
+// db tags so pgx.RowToAddrOfStructByName maps them; every statement that
+// returns a subscription ends with it.
+const subscriptionColumns = `s.id::text AS id, s.url, s.description, s.event_types, coalesce(s.topic, '') AS topic, s.enabled,
+       coalesce(s.disabled_reason, '') AS disabled_reason, s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
 
-// ValidationError names the input field at fault (the CLI exits 2 with it).
-type ValidationError struct {
-	Field   string
-	Value   string
-	Problem string
-}
+const insertSubscriptionSQL = `
+INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic)
+VALUES ($1, $2, $3, nullif($4, ''))
+RETURNING ` + subscriptionColumns
 
-func (e *ValidationError) Error() string {
-	if e.Value == "" {
-		return fmt.Sprintf("%s %s", e.Field, e.Problem)
-	}
-	return fmt.Sprintf("%s %q %s", e.Field, e.Value, e.Problem)
-}
+const getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s WHERE s.id = $1`
+
+const listSubscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
+
+// updateSubscriptionSQL changes only the fields whose parameter is not NULL;
+// $5 is the topic and $6 says whether to set it (an empty topic clears the filter).
+const updateSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET
+  url = coalesce($2, s.url),
+  description = coalesce($3, s.description),
+  event_types = coalesce($4, s.event_types),
+  topic = CASE WHEN $6::boolean THEN nullif($5, '') ELSE s.topic END,
+  updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+const disableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = false, disabled_reason = $2, disabled_at = now(), updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+// enableSubscriptionSQL resets consecutive_failures: the operator says the
+// endpoint is fixed, so the next death starts a new count.
+const enableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
+  consecutive_failures = 0, updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+const deleteSubscriptionSQL = `DELETE FROM bridge.subscriptions WHERE id = $1`
+
+// routesSQL reads every subscription's routing rule for the consumer. It
+// runs inside the consumer's batch transaction, so one batch is routed
+// against one consistent set; the consumer's filter decides (disabled ones
+// included), so the rule lives in Go in one place. The table holds one row
+// per endpoint, not per event: small.
+const routesSQL = `
+SELECT s.id::text AS id, s.enabled, s.event_types, coalesce(s.topic, '') AS topic
+FROM bridge.subscriptions s`
 
 // Subscription is an endpoint and what it receives. Secret is set only in
 // the answer to Create and RotateSecret: it is shown once.
 type Subscription struct {
-	ID                  string       `json:"id"`
-	URL                 string       `json:"url"`
-	Description         string       `json:"description"`
-	EventTypes          []string     `json:"event_types"`
-	Topic               string       `json:"topic,omitempty"`
-	Enabled             bool         `json:"enabled"`
-	DisabledReason      string       `json:"disabled_reason,omitempty"`
-	DisabledAt          *time.Time   `json:"disabled_at,omitempty"`
-	ConsecutiveFailures int          `json:"consecutive_failures"`
-	CreatedAt           time.Time    `json:"created_at"`
-	UpdatedAt           time.Time    `json:"updated_at"`
-	Secret              string       `json:"secret,omitempty"`
-	Secrets             []SecretInfo `json:"secrets,omitempty"`
+	ID                  string       `json:"id" db:"id"`
+	URL                 string       `json:"url" db:"url"`
+	Description         string       `json:"description" db:"description"`
+	EventTypes          []string     `json:"event_types" db:"event_types"`
+	Topic               string       `json:"topic,omitempty" db:"topic"`
+	Enabled             bool         `json:"enabled" db:"enabled"`
+	DisabledReason      string       `json:"disabled_reason,omitempty" db:"disabled_reason"`
+	DisabledAt          *time.Time   `json:"disabled_at,omitempty" db:"disabled_at"`
+	ConsecutiveFailures int          `json:"consecutive_failures" db:"consecutive_failures"`
+	CreatedAt           time.Time    `json:"created_at" db:"created_at"`
+	UpdatedAt           time.Time    `json:"updated_at" db:"updated_at"`
+	Secret              string       `json:"secret,omitempty" db:"-"`
+	Secrets             []SecretInfo `json:"secrets,omitempty" db:"-"`
 }
 
-// SecretInfo describes a valid signing secret without revealing it.
-type SecretInfo struct {
-	ID        int64      `json:"id"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+// Route is a subscription as the consumer's router sees it.
+type Route struct {
+	ID         string   `db:"id"`
+	Enabled    bool     `db:"enabled"`
+	EventTypes []string `db:"event_types"`
+	Topic      string   `db:"topic"`
+}
+
+// Routes reads every subscription's routing rule, in q's transaction.
+func Routes(ctx context.Context, q Querier) ([]Route, error) {
+	rows, err := q.Query(ctx, routesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Route])
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	return out, nil
 }
 
 // SubscriptionStore manages subscriptions and their secrets.
@@ -173,6 +213,15 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 	return nil
 }
 
+// querySubscription runs a statement that returns one subscription.
+func querySubscription(ctx context.Context, q Querier, sql string, args ...any) (*Subscription, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Subscription])
+}
+
 // Create validates the input, stores the subscription with a fresh secret
 // and returns it, secret included.
 func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*Subscription, error) {
@@ -183,12 +232,11 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 	var sub *Subscription
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		sub, err = scanSubscription(tx.QueryRow(ctx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic)))
+		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic))
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, insertSecretSQL, sub.ID, secret)
-		return err
+		return writeSecret(ctx, tx, sub.ID, secret)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create subscription: %w", err)
@@ -203,21 +251,12 @@ func (s *SubscriptionStore) Get(ctx context.Context, id string) (*Subscription, 
 	if err != nil {
 		return nil, err
 	}
-	sub, err := scanSubscription(s.db.QueryRow(ctx, getSubscriptionSQL, id))
+	sub, err := querySubscription(ctx, s.db, getSubscriptionSQL, id)
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
-	rows, err := s.db.Query(ctx, listSecretsSQL, id)
-	if err != nil {
-		return nil, fmt.Errorf("list secrets: %w", err)
-	}
-	sub.Secrets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SecretInfo, error) {
-		var si SecretInfo
-		err := r.Scan(&si.ID, &si.CreatedAt, &si.ExpiresAt)
-		return si, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list secrets: %w", err)
+	if sub.Secrets, err = listSecrets(ctx, s.db, id); err != nil {
+		return nil, err
 	}
 	return sub, nil
 }
@@ -228,13 +267,7 @@ func (s *SubscriptionStore) List(ctx context.Context) ([]Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
-		sub, err := scanSubscription(r)
-		if err != nil {
-			return Subscription{}, err
-		}
-		return *sub, nil
-	})
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscription])
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions: %w", err)
 	}
@@ -254,7 +287,7 @@ func (s *SubscriptionStore) Update(ctx context.Context, id string, in Subscripti
 	if in.EventTypes != nil {
 		eventTypes = in.EventTypes
 	}
-	sub, err := scanSubscription(s.db.QueryRow(ctx, updateSubscriptionSQL, id, in.URL, in.Description, eventTypes, deref(in.Topic), in.Topic != nil))
+	sub, err := querySubscription(ctx, s.db, updateSubscriptionSQL, id, in.URL, in.Description, eventTypes, deref(in.Topic), in.Topic != nil)
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
@@ -270,17 +303,10 @@ func (s *SubscriptionStore) RotateSecret(ctx context.Context, id string) (*Subsc
 	}
 	secret := NewSecret()
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := scanSubscription(tx.QueryRow(ctx, getSubscriptionSQL, id)); err != nil {
+		if _, err := querySubscription(ctx, tx, getSubscriptionSQL, id); err != nil {
 			return notFound("subscription", id, err)
 		}
-		if _, err := tx.Exec(ctx, pruneExpiredSecretsSQL, id); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, expireCurrentSecretsSQL, id, s.SecretGrace); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, insertSecretSQL, id, secret)
-		return err
+		return rotateSecret(ctx, tx, id, secret, s.SecretGrace)
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -305,7 +331,7 @@ func (s *SubscriptionStore) Disable(ctx context.Context, id, reason string) (*Su
 	if reason == "" {
 		reason = "disabled by an operator"
 	}
-	sub, err := scanSubscription(s.db.QueryRow(ctx, disableSubscriptionSQL, id, reason))
+	sub, err := querySubscription(ctx, s.db, disableSubscriptionSQL, id, reason)
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
@@ -318,7 +344,7 @@ func (s *SubscriptionStore) Enable(ctx context.Context, id string) (*Subscriptio
 	if err != nil {
 		return nil, err
 	}
-	sub, err := scanSubscription(s.db.QueryRow(ctx, enableSubscriptionSQL, id))
+	sub, err := querySubscription(ctx, s.db, enableSubscriptionSQL, id)
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
@@ -339,24 +365,6 @@ func (s *SubscriptionStore) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("subscription %s: %w", id, ErrNotFound)
 	}
 	return nil
-}
-
-func scanSubscription(row pgx.Row) (*Subscription, error) {
-	var s Subscription
-	err := row.Scan(&s.ID, &s.URL, &s.Description, &s.EventTypes, &s.Topic, &s.Enabled,
-		&s.DisabledReason, &s.DisabledAt, &s.ConsecutiveFailures, &s.CreatedAt, &s.UpdatedAt)
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
-
-// notFound translates pgx.ErrNoRows into ErrNotFound, in one place.
-func notFound(what, id string, err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
-	}
-	return fmt.Errorf("read %s %s: %w", what, id, err)
 }
 
 func deref(s *string) string {

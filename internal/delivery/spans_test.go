@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -41,7 +42,7 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 	sub := b.createSub(t, rc.URL)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp})
 	id := b.insert(t, sub.ID, "x", 1, `{}`)
-	b.waitStatus(t, id, StatusDead)
+	b.waitStatus(t, id, store.StatusDead)
 
 	var clients, dead []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
@@ -82,7 +83,7 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 	if _, err := b.store.Revive(context.Background(), []int64{id}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitStatus(t, id, StatusDelivered)
+	b.waitStatus(t, id, store.StatusDelivered)
 	var revived []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		if v, ok := spanAttr(s, "webhook.revived"); ok && v.AsBool() {

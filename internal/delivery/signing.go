@@ -1,34 +1,19 @@
-package webhook
+package delivery
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
-
-// secretPrefix marks a Standard Webhooks signing secret.
-const secretPrefix = "whsec_"
-
-// secretBytes is the key length: 32 random bytes (the contract asks for at
-// least 24; HMAC-SHA256's block gains nothing beyond 64).
-const secretBytes = 32
-
-// NewSecret returns a fresh signing secret, "whsec_" + base64(32 random bytes).
-func NewSecret() string {
-	b := make([]byte, secretBytes)
-	// crypto/rand.Read never returns an error (Go 1.24+); it panics if the
-	// system's source fails, which is the right outcome for key generation.
-	_, _ = rand.Read(b)
-	return secretPrefix + base64.StdEncoding.EncodeToString(b)
-}
 
 // secretKey returns the HMAC key of a "whsec_" secret.
 func secretKey(secret string) ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, secretPrefix))
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, store.SecretPrefix))
 	if err != nil {
 		return nil, fmt.Errorf("decode signing secret: %w", err)
 	}
