@@ -391,12 +391,15 @@ func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *store.Clai
 }
 
 // redactURL keeps scheme, host and path: subscribers put tokens in query
-// strings, and logs travel further than the database.
+// strings and userinfo, and logs and traces travel further than the
+// database. Everything that shows a subscription's URL outside the
+// subscriptions table (log lines, span attributes, an attempt's error)
+// goes through it.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparseable URL)"
 	}
-	u.RawQuery, u.Fragment, u.User = "", "", nil
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment, u.User, u.Opaque = "", false, "", "", nil, ""
 	return u.String()
 }

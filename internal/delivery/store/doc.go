@@ -16,6 +16,7 @@
 //   - log.go: the delivery log (never the payload) and its attempts.
 //   - retention.go: deletion of delivered rows past retention.
 //   - stats.go: the counts metrics and the demo read.
+//   - inspect.go: the console's views (health, one stream, a test event).
 //
 // Queries are static strings; optional filters are `($n IS NULL OR column =
 // $n)`, so none is assembled at run time.

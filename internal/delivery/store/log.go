@@ -20,7 +20,8 @@ const deliveryColumns = `d.id, d.seq, d.subscription_id::text AS subscription_id
 // the most-run query and must never be a way to read a tenant's history.
 
 // listDeliveriesSQL pages newest first by id ($5: the last id of the previous
-// page, NULL for the first).
+// page, NULL for the first); $6 event type, $7/$8 a created_at range (NULL:
+// any).
 const listDeliveriesSQL = `
 SELECT ` + deliveryColumns + `
 FROM bridge.deliveries d
@@ -28,6 +29,9 @@ WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
   AND ($2::text IS NULL OR d.status = $2)
   AND ($3::text IS NULL OR d.asset_id IS NOT DISTINCT FROM nullif($3, ''))
   AND ($5::bigint IS NULL OR d.id < $5)
+  AND ($6::text IS NULL OR d.event_type = $6)
+  AND ($7::timestamptz IS NULL OR d.created_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.created_at < $8)
 ORDER BY d.id DESC
 LIMIT $4`
 
@@ -53,8 +57,12 @@ type ListParams struct {
 	SubscriptionID string // "" any
 	Status         string // "" any
 	AssetID        *string
-	Limit          int
-	After          string // cursor from the previous page
+	EventType      string // "" any
+	// CreatedFrom / CreatedTo bound created_at (inclusive / exclusive);
+	// zero: unbounded.
+	CreatedFrom, CreatedTo time.Time
+	Limit                  int
+	After                  string // cursor from the previous page
 }
 
 // Page is one page of the log; NextCursor is "" on the last page.
@@ -95,7 +103,17 @@ func (s *DeliveryStore) List(ctx context.Context, p ListParams) (*Page, error) {
 	if p.AssetID != nil {
 		asset = *p.AssetID
 	}
-	rows, err := s.db.Query(ctx, listDeliveriesSQL, sub, status, asset, p.Limit+1, after)
+	var eventType, from, to any
+	if p.EventType != "" {
+		eventType = p.EventType
+	}
+	if !p.CreatedFrom.IsZero() {
+		from = p.CreatedFrom
+	}
+	if !p.CreatedTo.IsZero() {
+		to = p.CreatedTo
+	}
+	rows, err := s.db.Query(ctx, listDeliveriesSQL, sub, status, asset, p.Limit+1, after, eventType, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
