@@ -23,7 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // RepoRoot is the repository's top directory (where go.mod is).
@@ -48,7 +48,7 @@ func PGVersion(t testing.TB) string {
 		}
 	}
 	if len(vers) == 0 {
-		pgtest.Unavailable(t, "PostgreSQL server binaries (/usr/lib/postgresql/*/bin)", "`make services` (installs the postgresql package)", fmt.Errorf("none found"))
+		testkit.Unavailable(t, "PostgreSQL server binaries (/usr/lib/postgresql/*/bin)", "`make services` (installs the postgresql package)", fmt.Errorf("none found"))
 	}
 	sort.Ints(vers)
 	return strconv.Itoa(vers[len(vers)-1])
@@ -86,11 +86,11 @@ func AsPostgres(name string, args ...string) *exec.Cmd {
 func NeedDebianPostgres(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("pg_createcluster"); err != nil {
-		pgtest.Unavailable(t, "Debian's PostgreSQL tools (pg_createcluster)", "`make services`", err)
+		testkit.Unavailable(t, "Debian's PostgreSQL tools (pg_createcluster)", "`make services`", err)
 	}
 	if !isRoot() {
 		if err := exec.Command("sudo", "-n", "true").Run(); err != nil {
-			pgtest.Unavailable(t, "root (sudo -n) for pg_createcluster", "a user with passwordless sudo", err)
+			testkit.Unavailable(t, "root (sudo -n) for pg_createcluster", "a user with passwordless sudo", err)
 		}
 	}
 	PGVersion(t)
