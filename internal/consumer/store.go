@@ -9,12 +9,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // subscription is one row of bridge.subscriptions as the router sees it.
 type subscription struct {
 	id     string
-	filter Filter
+	filter contract.Filter
 }
 
 // outcome is what storing did with one event; applied to the events only

@@ -3,7 +3,7 @@
 // release, complete, fail, dead, revive), the SSRF-safe HTTP client, Standard
 // Webhooks signing, and the Deliverer worker pool that ties them together.
 //
-// Every rule here is a named failure mode (seeds/000, HARD-PARTS 6 and 7):
+// Every rule here is a named failure mode (docs/failure-modes.md §6, §7 and §12–§14):
 //
 //   - One delivery in flight per (subscription, asset): an
 //     asset.version_created delivered after asset.expired republishes an asset

@@ -95,7 +95,7 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 //
 // The race it prevents: two workers each check "no earlier delivery of (S, X)
 // is pending or delivering", both see none, both claim, and two of X's events
-// reach S at once, in either order (HARD-PARTS 6). Here the head lookup, the
+// reach S at once, in either order (docs/failure-modes.md §6). Here the head lookup, the
 // row lock and the update are one statement. The head H of stream (S, X) is
 // its lowest-seq open row. A second worker whose snapshot predates the first
 // worker's commit also sees H as the head and pending, so it tries only H —
