@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/contract"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current code")
@@ -188,7 +188,7 @@ func TestWebhookRequestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ts = 1772366460
-	sig, err := webhook.Sign([]string{secret}, ev.DedupID, ts, body)
+	sig, err := delivery.Sign([]string{secret}, ev.DedupID, ts, body)
 	if err != nil {
 		t.Fatal(err)
 	}
