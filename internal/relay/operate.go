@@ -86,15 +86,43 @@ func ListFailed(ctx context.Context, pool *pgxpool.Pool, topic string, limit int
 	return out, nil
 }
 
-// ReplayIDs returns the given FAILED rows to NEW with attempts reset and
-// reports how many were FAILED. They keep their seq and their trace: the
-// replayed send continues the original trace.
-func ReplayIDs(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
-	tag, err := pool.Exec(ctx, replayByIDSQL, ids)
+// NotReplayed is an id ReplayIDs left alone, and why.
+type NotReplayed struct {
+	ID     uuid.UUID `json:"id"`
+	Reason string    `json:"reason"` // "no such outbox row", "is SENT, not FAILED", …
+}
+
+// ReplayIDs returns the given FAILED rows to NEW with attempts reset. They
+// keep their seq and their trace: the replayed send continues the original
+// trace. Every other id is reported with the reason it was left alone (it
+// does not exist, or is not FAILED): an id mistyped or already replayed
+// used to vanish into "replayed 0 row(s)".
+func ReplayIDs(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (replayed []uuid.UUID, notReplayed []NotReplayed, err error) {
+	rows, err := pool.Query(ctx, replayByIDSQL, ids)
 	if err != nil {
-		return 0, fmt.Errorf("replay outbox rows: %w", err)
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		var ok bool
+		var status *string
+		if err := rows.Scan(&id, &ok, &status); err != nil {
+			return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+		}
+		switch {
+		case ok:
+			replayed = append(replayed, id)
+		case status == nil:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "no such outbox row"})
+		default:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "is " + *status + ", not FAILED"})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return replayed, notReplayed, nil
 }
 
 // ReplayAllFailed returns every FAILED row (of topic, if not "", and failed

@@ -173,10 +173,20 @@ LIMIT $2`
 
 // replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps
 // its seq, so it goes out before any later row of its asset that is still NEW.
+// Each requested id comes back once: replayed, or the status it has (NULL:
+// no such row). The outer read of bridge.outbox sees the statement's
+// snapshot, before the update.
 const replayByIDSQL = `
-UPDATE bridge.outbox
-SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
-WHERE status = 'FAILED' AND id = ANY($1::uuid[])`
+WITH req AS (SELECT DISTINCT unnest($1::uuid[]) AS id),
+r AS (
+  UPDATE bridge.outbox o
+  SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+  WHERE o.status = 'FAILED' AND o.id = ANY($1::uuid[])
+  RETURNING o.id
+)
+SELECT req.id, r.id IS NOT NULL, o.status
+FROM req LEFT JOIN r ON r.id = req.id LEFT JOIN bridge.outbox o ON o.id = req.id
+ORDER BY req.id`
 
 const replayAllSQL = `
 UPDATE bridge.outbox

@@ -224,8 +224,8 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	// continues the original trace.
 	p.stopRelay()
 	p.startRelay(0)
-	if n, err := relay.ReplayIDs(context.Background(), p.db.Pool, uuids(t, bigID)); err != nil || n != 1 {
-		t.Fatalf("ReplayIDs = %d, %v", n, err)
+	if replayed, _, err := relay.ReplayIDs(context.Background(), p.db.Pool, uuids(t, bigID)); err != nil || len(replayed) != 1 {
+		t.Fatalf("ReplayIDs = %v, %v", replayed, err)
 	}
 	waitFor(t, 30*time.Second, func() string {
 		if len(p.recv.traceparents(bigID)) == 0 {
