@@ -2,8 +2,6 @@ package adminapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -78,8 +76,7 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 }
 
 type adminAPI struct {
-	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
-	tokenDigest [sha256.Size]byte
+	auth        *Authenticator
 	pool        *pgxpool.Pool
 	subs        *webhook.SubscriptionStore
 	deliveries  *webhook.DeliveryStore
@@ -89,7 +86,6 @@ type adminAPI struct {
 
 func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
-		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
 		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
 		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
@@ -100,6 +96,7 @@ func newAPI(cfg Config) *adminAPI {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	a.log = a.log.With("component", "adminapi")
+	a.auth = NewAuthenticator(cfg.Token, a.log)
 	for _, rt := range a.routeTable() {
 		a.routes.Handle(rt.pattern, a.handle(rt.handler))
 	}
@@ -137,7 +134,8 @@ func (a *adminAPI) routeTable() []route {
 // probed by unauthenticated clients.
 func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if !a.authorized(r) {
+	if !a.auth.Valid(BearerToken(r)) {
+		a.auth.Reject(r, "api")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox-bridge admin API"`)
 		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong bearer token (Authorization: Bearer <ADMIN_TOKEN>)", Field: "Authorization"})
 		return
@@ -147,22 +145,6 @@ func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.routes.ServeHTTP(w, r)
-}
-
-// authorized compares the bearer token with ADMIN_TOKEN in constant time.
-// Both sides are hashed first: subtle.ConstantTimeCompare returns at once on
-// a length mismatch, which would reveal the token's length.
-func (a *adminAPI) authorized(r *http.Request) bool {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	token = strings.TrimSpace(token)
-	if len(token) == 0 {
-		return false
-	}
-	got := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(got[:], a.tokenDigest[:]) == 1
 }
 
 // unrouted answers a request no pattern matches in JSON: 405 (with Allow)
