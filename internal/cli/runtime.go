@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/metrics"
@@ -213,6 +214,14 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
 		adminapi.Mount(rt.Ops, adminapi.FromConfig(cfg, rt.Pool, logger))
+		// The console under /ui/, with the same token.
+		ui, err := console.Mount(rt.Ops, console.FromConfig(cfg, rt.Pool, logger))
+		if err != nil {
+			return nil, err
+		}
+		if ui != nil {
+			rt.closers = append(rt.closers, ui.Close)
+		}
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}

@@ -291,9 +291,12 @@ func gaps(spans []Span, byID map[string]*Span) []Gap {
 			firstWebhook[p.ID+"/"+webhookTarget(s)] = true
 		}
 		from := p.End()
-		if st == "publish" && !from.Before(s.Start) {
-			// A span still open when the relay picked the row up (the
-			// commit happened inside it): count from its start.
+		if from.After(s.Start) {
+			// The stage before had not ended when this one began: the
+			// application's span still open when its transaction committed
+			// and the relay picked the row up, or a consumer that fetched
+			// the record before the producer had its ack. Count from the
+			// start of the stage before.
 			from = p.Start
 		}
 		out = append(out, Gap{Name: names[st], From: p.Name, To: s.Name, Duration: max(s.Start.Sub(from), 0)})
