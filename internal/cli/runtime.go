@@ -213,9 +213,13 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			Logger:  logger,
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
-		adminapi.Mount(rt.Ops, adminapi.FromConfig(cfg, rt.Pool, logger))
+		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
+		acfg.Metrics = rt.Metrics.Admin()
+		adminapi.Mount(rt.Ops, acfg)
 		// The console under /ui/, with the same token.
-		ui, err := console.Mount(rt.Ops, console.FromConfig(cfg, rt.Pool, logger))
+		ccfg := console.FromConfig(cfg, rt.Pool, logger)
+		ccfg.AuthMetrics = acfg.Metrics
+		ui, err := console.Mount(rt.Ops, ccfg)
 		if err != nil {
 			return nil, err
 		}

@@ -23,9 +23,9 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 //go:embed templates/*.html
@@ -59,6 +59,9 @@ type Config struct {
 	SampleEvery time.Duration
 	// Logger records sign-ins, sign-outs and every write. Default discards.
 	Logger *slog.Logger
+	// AuthMetrics counts wrong tokens, with the admin API's rejected
+	// requests (bridge_admin_auth_failures_total). nil: not counted.
+	AuthMetrics adminapi.AuthMetrics
 }
 
 // FromConfig is the console's Config from the bridge configuration.
@@ -86,8 +89,8 @@ type Console struct {
 	cfg        Config
 	auth       *adminapi.Authenticator
 	pool       *pgxpool.Pool
-	subs       *webhook.SubscriptionStore
-	deliveries *webhook.DeliveryStore
+	subs       *store.SubscriptionStore
+	deliveries *store.DeliveryStore
 	jaeger     *jaegerquery.Client
 	kafka      *kgo.Client
 	log        *slog.Logger
@@ -130,8 +133,8 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{
 		cfg:        cfg,
 		pool:       cfg.Pool,
-		subs:       webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
-		deliveries: webhook.NewDeliveryStore(cfg.Pool),
+		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		deliveries: store.NewDeliveryStore(cfg.Pool),
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		mux:        http.NewServeMux(),
@@ -140,7 +143,7 @@ func New(cfg Config) (*Console, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("component", "console")
-	c.auth = adminapi.NewAuthenticator(cfg.Token, c.log)
+	c.auth = adminapi.NewAuthenticator(cfg.Token, c.log, cfg.AuthMetrics)
 	if cfg.JaegerQueryURL != "" {
 		c.jaeger = jaegerquery.New(cfg.JaegerQueryURL)
 	}
@@ -176,9 +179,6 @@ func (c *Console) lagAdmin() *kadm.Client {
 	}
 	return kadm.NewClient(c.kafka)
 }
-
-// Rejected is how many sign-ins failed (the Authenticator's count).
-func (c *Console) Rejected() int64 { return c.auth.Rejected() }
 
 const sessionCookie = "bridge_console"
 
@@ -389,7 +389,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !c.auth.Valid(r.PostFormValue("token")) {
-		c.auth.Reject(r, "console")
+		c.auth.Reject(r, "wrong token in the console sign-in form")
 		c.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]any{"Error": "That is not the admin token (ADMIN_TOKEN) of this bridge."})
 		return
 	}
@@ -417,11 +417,11 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 // fail answers a store error: a validation error or an unknown id is the
 // operator's (4xx, shown), anything else is logged and shown as internal.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var ve *webhook.ValidationError
+	var ve *store.ValidationError
 	switch {
 	case errors.As(err, &ve):
 		c.errorPage(w, r, http.StatusBadRequest, ve.Error())
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		c.errorPage(w, r, http.StatusNotFound, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 	default:

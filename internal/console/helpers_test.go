@@ -18,10 +18,10 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/internal/tracing"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // browser is one tab and the test driving it.
@@ -166,7 +166,7 @@ func startPipeline(t *testing.T, ctx context.Context, pool *pgxpool.Pool, broker
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := webhook.NewDeliverer(pool, webhook.Config{
+	d, err := delivery.NewDeliverer(pool, delivery.Config{
 		RetrySchedule:  []time.Duration{0, 50 * time.Millisecond}, // two attempts, then dead
 		PollInterval:   50 * time.Millisecond,
 		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},

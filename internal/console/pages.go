@@ -12,9 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // pageSize is the rows per list page.
@@ -131,7 +131,7 @@ func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "outbox", "Outbox", map[string]any{
 		"Rows": rows, "Total": total, "Next": next, "Q": filterValues(q, failedKeys...), "Filtered": f != (relay.FailedFilter{}),
-		"F": map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
+		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
 		"After": after > 0,
 	})
 }
@@ -287,12 +287,12 @@ func splitTypes(v string) []string {
 	return out
 }
 
-func formInput(r *http.Request) webhook.SubscriptionInput {
+func formInput(r *http.Request) store.SubscriptionInput {
 	u := strings.TrimSpace(r.PostFormValue("url"))
 	types := splitTypes(r.PostFormValue("event_types"))
 	topic := strings.TrimSpace(r.PostFormValue("topic"))
 	desc := strings.TrimSpace(r.PostFormValue("description"))
-	in := webhook.SubscriptionInput{URL: &u, Topic: &topic, Description: &desc, EventTypes: types}
+	in := store.SubscriptionInput{URL: &u, Topic: &topic, Description: &desc, EventTypes: types}
 	if in.EventTypes == nil {
 		in.EventTypes = []string{}
 	}
@@ -389,7 +389,7 @@ func (c *Console) subscriptionTest(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Test event queued as delivery %d (event type %s).", did, webhook.TestEventType))
+	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Test event queued as delivery %d (event type %s).", did, store.TestEventType))
 	http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(did, 10), http.StatusSeeOther)
 }
 
@@ -399,7 +399,7 @@ var deliveryKeys = []string{"subscription", "status", "asset", "event_type", "fr
 
 func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := webhook.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), EventType: strings.TrimSpace(q.Get("event_type")),
+	p := store.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), EventType: strings.TrimSpace(q.Get("event_type")),
 		Limit: pageSize, After: q.Get("after")}
 	if q.Has("asset") && q.Get("asset") != "" {
 		a := strings.TrimSpace(q.Get("asset"))
@@ -429,8 +429,8 @@ func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "deliveries", "Deliveries", map[string]any{
 		"Page": page, "Subs": subs, "URLs": urls, "Q": filterValues(q, deliveryKeys...),
-		"F": map[string]string{"subscription": q.Get("subscription"), "status": q.Get("status"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "from": q.Get("from"), "to": q.Get("to")},
-		"Statuses": []string{webhook.StatusPending, webhook.StatusDelivering, webhook.StatusDelivered, webhook.StatusDead},
+		"F":        map[string]string{"subscription": q.Get("subscription"), "status": q.Get("status"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "from": q.Get("from"), "to": q.Get("to")},
+		"Statuses": []string{store.StatusPending, store.StatusDelivering, store.StatusDelivered, store.StatusDead},
 	})
 }
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // chartWindow is how far back the overview's charts reach.
@@ -31,8 +31,8 @@ type Snapshot struct {
 }
 
 type subRow struct {
-	Sub    webhook.Subscription
-	Health webhook.SubscriptionHealth
+	Sub    store.Subscription
+	Health store.SubscriptionHealth
 }
 
 // sampler reads a Snapshot every few seconds into a ring covering
