@@ -46,11 +46,12 @@ type runtime struct {
 	// Pass it explicitly to every component (REFERENCE "OpenTelemetry
 	// traps").
 	TracerProvider trace.TracerProvider
-	// RelayMetrics goes into relay.Config.Metrics.
+	// RelayMetrics goes into relay.Config.Metrics; nil unless the command
+	// runs the relay.
 	RelayMetrics relay.Metrics
 	// DeliveryMetrics is the delivery engine's hook (see
-	// docs/observability.md); the deliverer reports through it once its
-	// Config takes one.
+	// docs/observability.md); set only when the command runs the
+	// deliverer.
 	DeliveryMetrics metrics.Deliveries
 	// Metrics owns the meter provider and the Prometheus registry.
 	Metrics *metrics.Metrics
@@ -162,10 +163,15 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		// too (http_client_request_duration_seconds, …).
 		otel.SetMeterProvider(rt.Metrics.MeterProvider())
 	}
-	rt.RelayMetrics = rt.Metrics.Relay()
-	rt.DeliveryMetrics = rt.Metrics.Deliveries()
-
+	// Only the stages this command runs: their series are exported at 0
+	// from the start, and a relay's /metrics should not show a deliverer's.
 	needs := needsOf(service)
+	if needs.outbox {
+		rt.RelayMetrics = rt.Metrics.Relay()
+	}
+	if needs.deliveries {
+		rt.DeliveryMetrics = rt.Metrics.Deliveries()
+	}
 	if needs.outbox {
 		if err := rt.observe(rt.Metrics.ObserveOutbox(rt.Pool)); err != nil {
 			return nil, err

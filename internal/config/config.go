@@ -147,6 +147,11 @@ type Kafka struct {
 	// KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: SASL credentials.
 	SASLUsername string `env:"KAFKA_SASL_USERNAME" secret:"value"`
 	SASLPassword string `env:"KAFKA_SASL_PASSWORD" secret:"value"`
+	// KAFKA_LOG_LEVEL: the Kafka client's own log lines: debug, info, warn,
+	// error or none, each logged at its own level (LOG_LEVEL still applies).
+	// Default: every client level one step down on ours (its INFO, the
+	// heartbeats and rebalances, is our DEBUG).
+	LogLevel string `env:"KAFKA_LOG_LEVEL"`
 }
 
 // Validate checks the Kafka settings; requireBrokers is true for commands
@@ -164,6 +169,11 @@ func (c Kafka) Validate(requireBrokers bool) error {
 		if p := checkPort(port, false); p != "" {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
 		}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "", "debug", "info", "warn", "warning", "error", "none":
+	default:
+		return fieldError("KAFKA_LOG_LEVEL", c.LogLevel, "must be one of debug, info, warn, error, none")
 	}
 	switch c.SASLMechanism {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
