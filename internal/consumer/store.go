@@ -9,13 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // subscription is one row of bridge.subscriptions as the router sees it.
 type subscription struct {
 	id     string
-	filter Filter
+	filter contract.Filter
 }
 
 // outcome is what storing did with one event; applied to the events only
@@ -124,7 +125,7 @@ func loadSubscriptions(ctx context.Context, q queryer) ([]subscription, error) {
 	}
 	subs := make([]subscription, len(routes))
 	for i, r := range routes {
-		subs[i] = subscription{id: r.ID, filter: Filter{Enabled: r.Enabled, EventTypes: r.EventTypes, Topic: r.Topic}}
+		subs[i] = subscription{id: r.ID, filter: contract.Filter{Enabled: r.Enabled, EventTypes: r.EventTypes, Topic: r.Topic}}
 	}
 	return subs, nil
 }

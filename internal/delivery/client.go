@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/tracing"
 	"github.com/outboxbridge/bridge/internal/version"
@@ -144,7 +145,7 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 	ctx = tracing.ContextWithRemoteParent(ctx, c.Traceparent, c.Tracestate)
 	ctx = context.WithValue(ctx, attemptKey{}, c)
 	res := result{started: now, traceID: tracing.TraceID(ctx)}
-	body, err := Envelope(c.EventID, c.EventType, c.AssetID, c.AssetSeq, c.EventCreatedAt, c.Payload)
+	body, err := contract.NewEnvelope(c.EventID, c.EventType, c.AssetID, c.AssetSeq, c.EventCreatedAt, c.Payload).Marshal()
 	if err != nil {
 		res.err = err
 		return res
@@ -166,11 +167,7 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 		res.err = fmt.Errorf("build request: %w", err)
 		return res
 	}
-	req.Header.Set("content-type", "application/json")
-	req.Header.Set("user-agent", version.UserAgent())
-	req.Header.Set("webhook-id", c.EventID)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", sig)
+	contract.SetWebhookHeaders(req.Header, c.EventID, ts, sig, version.UserAgent())
 	resp, err := client.Do(req)
 	if err != nil {
 		res.duration = time.Since(now)

@@ -5,7 +5,7 @@
 // attempt log — are owned by the store subpackage (internal/delivery/store),
 // where every statement over them lives.
 //
-// Every rule here is a named failure mode:
+// Every rule here is a named failure mode (docs/failure-modes.md §6, §7 and §12–§14):
 //
 //   - One delivery in flight per (subscription, asset): an
 //     asset.version_created delivered after asset.expired republishes an asset

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
@@ -31,7 +32,7 @@ type request struct {
 func (r request) build(t *testing.T) *http.Request {
 	t.Helper()
 	seq := r.assetSeq
-	body, err := delivery.Envelope(r.id, "asset.version_published", r.asset, &seq, time.Now(), []byte(`{"version":2}`))
+	body, err := contract.NewEnvelope(r.id, "asset.version_published", r.asset, &seq, time.Now(), []byte(`{"version":2}`)).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}

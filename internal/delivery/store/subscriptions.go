@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // bridge.subscriptions ---------------------------------------------------------
@@ -151,26 +153,14 @@ func ValidateURL(raw string, allowHTTP bool) error {
 	return nil
 }
 
-// ValidateEventTypes accepts a non-empty list of exact names, "prefix.*"
-// wildcards and "*".
-func ValidateEventTypes(types []string) error {
-	if len(types) == 0 {
-		return &ValidationError{Field: "event-types", Problem: "must list at least one event type (exact name, prefix.* or *)"}
-	}
-	for _, t := range types {
-		switch {
-		case t == "":
-			return &ValidationError{Field: "event-types", Value: strings.Join(types, ","), Problem: "contains an empty event type"}
-		case strings.IndexFunc(t, unicode.IsSpace) >= 0:
-			return &ValidationError{Field: "event-types", Value: t, Problem: "must not contain whitespace"}
-		case t == "*":
-		case strings.HasSuffix(t, ".*"):
-			if p := strings.TrimSuffix(t, ".*"); p == "" || strings.Contains(p, "*") {
-				return &ValidationError{Field: "event-types", Value: t, Problem: "is not a valid wildcard (use prefix.* or *)"}
-			}
-		case strings.Contains(t, "*"):
-			return &ValidationError{Field: "event-types", Value: t, Problem: "may use * only as a whole type or as a final .* (prefix.*)"}
-		}
+// validateEventTypes checks the patterns with contract.ValidateEventTypes
+// (the one definition of what a pattern may be) and names the field.
+func validateEventTypes(types []string) error {
+	var pe *contract.PatternError
+	if err := contract.ValidateEventTypes(types); errors.As(err, &pe) {
+		return &ValidationError{Field: "event-types", Value: pe.Value, Problem: pe.Problem}
+	} else if err != nil {
+		return err
 	}
 	return nil
 }
@@ -201,7 +191,7 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 		}
 	}
 	if create || in.EventTypes != nil {
-		if err := ValidateEventTypes(in.EventTypes); err != nil {
+		if err := validateEventTypes(in.EventTypes); err != nil {
 			return err
 		}
 	}

@@ -61,9 +61,13 @@ func TestValidateEventTypes(t *testing.T) {
 		{[]string{"asset created"}, false},
 	}
 	for _, c := range cases {
-		err := ValidateEventTypes(c.types)
+		err := validateEventTypes(c.types)
 		if (err == nil) != c.ok {
-			t.Errorf("ValidateEventTypes(%q) = %v, want ok=%v", c.types, err, c.ok)
+			t.Errorf("validateEventTypes(%q) = %v, want ok=%v", c.types, err, c.ok)
+		}
+		var ve *ValidationError
+		if err != nil && (!errors.As(err, &ve) || ve.Field != "event-types") {
+			t.Errorf("validateEventTypes(%q) = %v, want a ValidationError naming event-types", c.types, err)
 		}
 	}
 }

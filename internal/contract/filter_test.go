@@ -1,6 +1,9 @@
-package consumer
+package contract
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestMatchEventType(t *testing.T) {
 	t.Parallel()
@@ -53,16 +56,47 @@ func TestFilterMatches(t *testing.T) {
 	}
 }
 
-func TestValidateEventTypePattern(t *testing.T) {
+func TestValidatePattern(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"*", "order.created", "order.*", "a.b.*", "order-created"} {
-		if err := ValidateEventTypePattern(ok); err != nil {
-			t.Errorf("ValidateEventTypePattern(%q) = %v, want nil", ok, err)
+		if err := ValidatePattern(ok); err != nil {
+			t.Errorf("ValidatePattern(%q) = %v, want nil", ok, err)
 		}
 	}
 	for _, bad := range []string{"", " ", "order created", ".*", "order*", "a.*.b", "*.created", "**"} {
-		if err := ValidateEventTypePattern(bad); err == nil {
-			t.Errorf("ValidateEventTypePattern(%q) = nil, want an error", bad)
+		if err := ValidatePattern(bad); err == nil {
+			t.Errorf("ValidatePattern(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+func TestValidateEventTypes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		types []string
+		ok    bool
+	}{
+		{[]string{"asset.created"}, true},
+		{[]string{"asset.*", "order.paid"}, true},
+		{[]string{"*"}, true},
+		{nil, false},
+		{[]string{}, false},
+		{[]string{""}, false},
+		{[]string{"asset.*", ""}, false},
+		{[]string{".*"}, false},
+		{[]string{"as*et"}, false},
+		{[]string{"*.created"}, false},
+		{[]string{"a.*.*"}, false},
+		{[]string{"asset created"}, false},
+	}
+	for _, c := range cases {
+		err := ValidateEventTypes(c.types)
+		if (err == nil) != c.ok {
+			t.Errorf("ValidateEventTypes(%q) = %v, want ok=%v", c.types, err, c.ok)
+		}
+		var pe *PatternError
+		if err != nil && !errors.As(err, &pe) {
+			t.Errorf("ValidateEventTypes(%q) = %T, want *PatternError", c.types, err)
 		}
 	}
 }
