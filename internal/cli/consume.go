@@ -61,7 +61,7 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := consumer.ConfigFrom(cfg.Consumer)
+	cc := consumer.ConfigFromEnv(cfg.Consumer)
 	cc.Logger = rt.Logger
 	cc.TracerProvider = rt.TracerProvider
 	c, err := consumer.New(rt.Pool, kopts, cc)
