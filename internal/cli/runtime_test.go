@@ -88,7 +88,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, runtimeOptions{
+	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, relayStage.uses, runtimeOptions{
 		getenv:    func(string) string { return "" },
 		logger:    logging.New(t.Output(), "info", "text"),
 		refresh:   100 * time.Millisecond,
@@ -255,7 +255,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	}
 	cfg.HTTP.Addr = "" // the server is off
 	quiet := logging.Discard()
-	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(string) string { return "" }, logger: quiet, noGlobals: true})
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	rt.Close()
 	rt.Close() // twice is safe
 
-	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(k string) string {
 			if k == "OTEL_TRACES_SAMPLER" {
 				return "sometimes"
