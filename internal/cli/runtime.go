@@ -49,11 +49,12 @@ type runtime struct {
 	// Pass it explicitly to every component (REFERENCE "OpenTelemetry
 	// traps").
 	TracerProvider trace.TracerProvider
-	// RelayMetrics goes into relay.Config.Metrics.
+	// RelayMetrics goes into relay.Config.Metrics; nil unless the command
+	// runs the relay.
 	RelayMetrics relay.Metrics
 	// DeliveryMetrics is the delivery engine's hook (see
-	// docs/observability.md); the deliverer reports through it once its
-	// Config takes one.
+	// docs/observability.md); set only when the command runs the
+	// deliverer.
 	DeliveryMetrics metrics.Deliveries
 	// Metrics owns the meter provider and the Prometheus registry.
 	Metrics *metrics.Metrics
@@ -174,10 +175,15 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		// too (http_client_request_duration_seconds, …).
 		otel.SetMeterProvider(rt.Metrics.MeterProvider())
 	}
-	rt.RelayMetrics = rt.Metrics.Relay()
-	rt.DeliveryMetrics = rt.Metrics.Deliveries()
-
+	// Only the stages this command runs: their series are exported at 0
+	// from the start, and a relay's /metrics should not show a deliverer's.
 	needs := uses
+	if needs.outbox {
+		rt.RelayMetrics = rt.Metrics.Relay()
+	}
+	if needs.deliveries {
+		rt.DeliveryMetrics = rt.Metrics.Deliveries()
+	}
 	if needs.outbox {
 		if err := rt.observe(rt.Metrics.ObserveOutbox(rt.Pool)); err != nil {
 			return nil, err
@@ -218,6 +224,11 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		checks = append(checks, opsserver.KafkaCheck(pinger.Ping))
 	}
 
+	if cfg.HTTP.Addr == "" && cfg.HTTP.AdminToken != "" {
+		// Set for a reason, ignored without a word: the operator would look
+		// for an API that is not there.
+		logger.Warn("ADMIN_TOKEN is set but HTTP_ADDR=off: the admin API is not served", "variable", "ADMIN_TOKEN")
+	}
 	if cfg.HTTP.Addr != "" {
 		rt.Ops = opsserver.New(opsserver.Config{
 			Addr:    cfg.HTTP.Addr,

@@ -9,9 +9,9 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // stage is one long-running part of the bridge as the command layer sees
@@ -200,13 +200,13 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 
 // newDeliverer builds the webhook Deliverer from WEBHOOK_* and the shared
 // runtime (pool, logger, tracer provider, metrics).
-func newDeliverer(cfg *config.Config, rt *runtime) (*webhook.Deliverer, error) {
-	dc, err := webhook.ConfigFromEnv(cfg.Webhook)
+func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) {
+	dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 	if err != nil {
 		return nil, err
 	}
 	dc.Logger = rt.Logger
 	dc.TracerProvider = rt.TracerProvider
 	dc.Metrics = rt.DeliveryMetrics
-	return webhook.NewDeliverer(rt.Pool, dc)
+	return delivery.NewDeliverer(rt.Pool, dc)
 }

@@ -249,4 +249,3 @@ func TestLongRunningCommandGivesUpAfterTheConnectTimeout(t *testing.T) {
 	}
 	requireConnectFailure(t, r, addr, 2*time.Second)
 }
-

@@ -44,9 +44,9 @@ func AttemptTimeout(cfg config.Database) time.Duration {
 // Open parses cfg and creates a pool without connecting yet; Addr is the
 // server's address for messages (never the password).
 func Open(cfg config.Database) (pool *pgxpool.Pool, addr string, err error) {
-	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	pcfg, err := cfg.PoolConfig()
 	if err != nil {
-		return nil, "", &config.Error{Var: "DATABASE_URL", Value: config.RedactURL(cfg.URL), Problem: "cannot be parsed: " + redactParseError(err)}
+		return nil, "", err
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if attempt := AttemptTimeout(cfg); pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > attempt {
@@ -123,18 +123,6 @@ func (j joinedOneLine) Error() string {
 }
 
 func (j joinedOneLine) Unwrap() []error { return j }
-
-func redactParseError(err error) string {
-	// pgconn's parse errors quote the DSN; do not echo it back.
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		if u := errors.Unwrap(pe); u != nil {
-			return u.Error()
-		}
-		return "invalid connection string"
-	}
-	return err.Error()
-}
 
 // QueryTimeout bounds one maintenance or bookkeeping query, so a stuck
 // statement cannot stall a service loop forever.

@@ -26,11 +26,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -77,9 +78,9 @@ func New(t *testing.T, pc Config) *Pipeline {
 	}
 	srv := httptest.NewServer(p.Recv)
 	t.Cleanup(srv.Close)
-	store := webhook.NewSubscriptionStore(p.DB.Pool, true, 0)
+	subs := store.NewSubscriptionStore(p.DB.Pool, true, 0)
 	url := srv.URL + "/hook"
-	sub, err := store.Create(context.Background(), webhook.SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
+	sub, err := subs.Create(context.Background(), store.SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
 	if err != nil {
 		t.Fatalf("create subscription: %v", err)
 	}
@@ -148,7 +149,7 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 	if err != nil {
 		p.T.Fatalf("consumer.New: %v", err)
 	}
-	var hook webhook.Metrics
+	var hook delivery.Metrics
 	if p.Metrics != nil {
 		hook = p.Metrics.Deliveries()
 		for _, observe := range []func() (func() error, error){
@@ -163,7 +164,7 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 			p.T.Cleanup(func() { _ = unregister() })
 		}
 	}
-	d, err := webhook.NewDeliverer(p.DB.Pool, webhook.Config{
+	d, err := delivery.NewDeliverer(p.DB.Pool, delivery.Config{
 		Metrics:        hook,
 		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
 		PollInterval:   50 * time.Millisecond,
@@ -173,7 +174,7 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 		Timeout:        5 * time.Second,
 	})
 	if err != nil {
-		p.T.Fatalf("webhook.NewDeliverer: %v", err)
+		p.T.Fatalf("delivery.NewDeliverer: %v", err)
 	}
 	p.wg.Go(func() {
 		if err := c.Run(p.ctx); err != nil {

@@ -50,7 +50,7 @@ WHERE owner = $1 AND lane = ANY($2::int[])`
 // order. No row lock is needed: a lane has one owner, and only the owner's
 // single relay loop claims from it.
 //
-// The first NOT EXISTS is the per-asset hold (HARD-PARTS 3): asset X's row 5
+// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5
 // failed and waits for its retry; without the hold, the next claim would hand
 // out X's row 6 and Kafka would see 6 before 5. A row whose earlier sibling
 // waits is skipped; rows of every other asset still flow. A FAILED row is not
