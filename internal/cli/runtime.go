@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
@@ -235,13 +236,21 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 			Metrics: rt.Metrics.Handler(),
 			Checks:  checks,
 			Logger:  logger,
-			// The failing check's error text only with ADMIN_TOKEN.
-			ShowDetails: adminapi.Authorizes(cfg.HTTP.AdminToken),
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
 		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
 		acfg.Metrics = rt.Metrics.Admin()
 		adminapi.Mount(rt.Ops, acfg)
+		// The console under /ui/, with the same token.
+		ccfg := console.FromConfig(cfg, rt.Pool, logger)
+		ccfg.AuthMetrics = acfg.Metrics
+		ui, err := console.Mount(rt.Ops, ccfg)
+		if err != nil {
+			return nil, err
+		}
+		if ui != nil {
+			rt.closers = append(rt.closers, ui.Close)
+		}
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}
