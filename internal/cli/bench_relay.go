@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxbridge/bridge/internal/bench/relaybench"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
-	"github.com/outboxbridge/bridge/internal/relay"
 )
 
 func init() { registerBench(newBenchRelayCmd) }
@@ -67,7 +67,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		rc := relayConfig(cfg)
 		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
-		res, err := relay.Bench(ctx, pool, kopts, rc, relay.BenchOptions{
+		res, err := relaybench.Run(ctx, pool, kopts, rc, relaybench.Options{
 			Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions,
 			Rate: *rate, RateDuration: *duration, Replicas: *replicas,
 		}, progress)
@@ -89,7 +89,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	return c
 }
 
-func printBenchRelay(cmd *cobra.Command, res *relay.BenchResult) error {
+func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 	{
 		rows := [][]string{
 			{"backlog", fmt.Sprintf("%d events over %d assets, %d-byte payloads (filled in %.1fs)", res.Events, res.Assets, res.PayloadBytes, res.FillSeconds)},

@@ -1,7 +1,7 @@
 package metrics
 
 // The delivery gauges' SQL, one named constant each. The outbox gauges use
-// relay.ReadStats and the consumer lag consumer.Lag, so each of those queries
+// outboxstore.ReadStats and the consumer lag consumer.Lag, so each of those queries
 // stays in one place too.
 
 // deliveriesByStatusSQL counts deliveries by status. It reads the whole

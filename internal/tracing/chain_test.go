@@ -16,7 +16,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // recorded is a tracer provider whose ended spans are kept in memory.
@@ -224,7 +224,7 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	// continues the original trace.
 	p.stopRelay()
 	p.startRelay(0)
-	if n, err := relay.ReplayIDs(context.Background(), p.db.Pool, uuids(t, bigID)); err != nil || n != 1 {
+	if n, err := outboxstore.ReplayIDs(context.Background(), p.db.Pool, uuids(t, bigID)); err != nil || n != 1 {
 		t.Fatalf("ReplayIDs = %d, %v", n, err)
 	}
 	waitFor(t, 30*time.Second, func() string {

@@ -1,4 +1,9 @@
-package relay
+// Package relaybench measures the relay on this machine (`bridge bench
+// relay`): the drain rate of a backlog, commit→ack latency at an offered
+// rate, per-key order read back from the topic and peak heap, next to the
+// machine's ceilings measured in the same run. It is never imported by a
+// stage.
+package relaybench
 
 import (
 	"cmp"
@@ -17,11 +22,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
-// BenchOptions configures Bench.
-type BenchOptions struct {
+// Options configures Run.
+type Options struct {
 	Events       int           // backlog drained (default 100000)
 	Assets       int           // assets the backlog is spread over (default 1000)
 	PayloadBytes int           // payload size (default 300)
@@ -31,8 +38,8 @@ type BenchOptions struct {
 	Replicas     int           // relay replicas (default 1)
 }
 
-// BenchResult is what `bridge bench relay` prints.
-type BenchResult struct {
+// Result is what `bridge bench relay` prints.
+type Result struct {
 	Events           int     `json:"events"`
 	Assets           int     `json:"assets"`
 	PayloadBytes     int     `json:"payload_bytes"`
@@ -56,12 +63,12 @@ type BenchResult struct {
 	OrderViolations int `json:"order_violations"`
 }
 
-// Bench fills the outbox of pool (a scratch database) and measures the relay
+// Run fills the outbox of pool (a scratch database) and measures the relay
 // against the broker client talks to, next to the machine's ceilings measured
 // in the same run with the same batch size: PostgreSQL claim+mark alone and
 // Kafka produce alone.
-func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config, o BenchOptions, progress func(string)) (*BenchResult, error) {
-	cfg = cfg.withDefaults()
+func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay.Config, o Options, progress func(string)) (*Result, error) {
+	cfg = cfg.WithDefaults()
 	o.Events = cmp.Or(o.Events, 100000)
 	o.Assets = cmp.Or(o.Assets, 1000)
 	o.PayloadBytes = cmp.Or(o.PayloadBytes, 300)
@@ -72,10 +79,10 @@ func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Con
 	if progress == nil {
 		progress = func(string) {}
 	}
-	res := &BenchResult{Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes, BatchSize: cfg.BatchSize, Replicas: o.Replicas}
+	res := &Result{Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes, BatchSize: cfg.BatchSize, Replicas: o.Replicas}
 
 	newClient := func() (*kgo.Client, error) {
-		return kgo.NewClient(append(slices.Clone(kafkaOpts), ProducerOptions(cfg)...)...)
+		return kgo.NewClient(append(slices.Clone(kafkaOpts), relay.ProducerOptions(cfg)...)...)
 	}
 	client, err := newClient()
 	if err != nil {
@@ -104,8 +111,8 @@ func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Con
 	// The backlog.
 	progress(fmt.Sprintf("filling the outbox with %d events over %d assets", o.Events, o.Assets))
 	start := time.Now()
-	if _, err := pool.Exec(ctx, benchFillSQL, o.Events, topic, o.Assets, o.PayloadBytes); err != nil {
-		return nil, fmt.Errorf("fill outbox: %w", err)
+	if err := outboxstore.BenchFill(ctx, pool, o.Events, topic, o.Assets, o.PayloadBytes); err != nil {
+		return nil, err
 	}
 	res.FillSeconds = time.Since(start).Seconds()
 	if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
@@ -154,7 +161,7 @@ func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Con
 		}
 		rc := cfg
 		rc.MemberID = ""
-		r := New(pool, c, rc)
+		r := relay.New(pool, c, rc)
 		relays.Add(1)
 		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
 	}
@@ -217,15 +224,15 @@ func Bench(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Con
 	res.LatencyEvents = len(lat)
 	res.LatencyP50Ms = percentile(lat, 0.50)
 	res.LatencyP99Ms = percentile(lat, 0.99)
-	_, _ = pool.Exec(context.WithoutCancel(ctx), benchDeleteTopicSQL, topic)
+	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
 }
 
 func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string) error {
 	for {
-		var n int64
-		if err := pool.QueryRow(ctx, benchCountNewSQL, topic).Scan(&n); err != nil {
-			return fmt.Errorf("count NEW rows: %w", err)
+		n, err := outboxstore.BenchCountNew(ctx, pool, topic)
+		if err != nil {
+			return err
 		}
 		if n == 0 {
 			return nil
@@ -239,22 +246,15 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string) error {
 }
 
 func latencies(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID, committed map[uuid.UUID]time.Time) ([]float64, error) {
-	rows, err := pool.Query(ctx, benchLatencySQL, ids)
+	sent, err := outboxstore.BenchSentAt(ctx, pool, ids)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []float64
-	for rows.Next() {
-		var id uuid.UUID
-		var sent float64
-		if err := rows.Scan(&id, &sent); err != nil {
-			return nil, err
-		}
-		sentAt := time.Unix(0, int64(sent*1e9))
-		out = append(out, float64(sentAt.Sub(committed[id]).Microseconds())/1000)
+	out := make([]float64, 0, len(sent))
+	for id, at := range sent {
+		out = append(out, float64(at.Sub(committed[id]).Microseconds())/1000)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func percentile(xs []float64, p float64) float64 {
@@ -310,26 +310,26 @@ func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, si
 // lease or order checks in between (REFERENCE's "claim+mark in one
 // statement"). The relay splits this into claim, produce and mark, and
 // overlaps the mark with the next claim.
-func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config, n, assets, size int) (float64, error) {
+func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg relay.Config, n, assets, size int) (float64, error) {
 	topic := fmt.Sprintf("bridge-bench-ceiling-%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, benchFillSQL, n, topic, assets, size); err != nil {
-		return 0, fmt.Errorf("fill for ceiling: %w", err)
+	if err := outboxstore.BenchFill(ctx, pool, n, topic, assets, size); err != nil {
+		return 0, err
 	}
-	defer func() { _, _ = pool.Exec(context.WithoutCancel(ctx), benchDeleteTopicSQL, topic) }()
+	defer func() { _ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic) }()
 	if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
 		return 0, err
 	}
 	start := time.Now()
 	done := int64(0)
 	for done < int64(n) {
-		tag, err := pool.Exec(ctx, benchClaimMarkSQL, topic, cfg.BatchSize)
+		n, err := outboxstore.BenchClaimMark(ctx, pool, topic, cfg.BatchSize)
 		if err != nil {
-			return 0, fmt.Errorf("claim+mark ceiling: %w", err)
+			return 0, err
 		}
-		if tag.RowsAffected() == 0 {
+		if n == 0 {
 			break
 		}
-		done += tag.RowsAffected()
+		done += n
 	}
 	return float64(done) / time.Since(start).Seconds(), nil
 }
