@@ -26,12 +26,16 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 	if cursor == 0 {
 		r.lastFullScan = time.Now()
 	}
+	started := time.Now()
 	claimed, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
 		Limit: r.cfg.BatchSize, After: cursor, Exclude: exclude,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if r.cfg.ClaimObserver != nil {
+		r.cfg.ClaimObserver(time.Since(started), len(claimed))
 	}
 	if len(claimed) < r.cfg.BatchSize {
 		r.cursor = 0 // caught up: the next claim scans from the start
