@@ -210,9 +210,13 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			Metrics: rt.Metrics.Handler(),
 			Checks:  checks,
 			Logger:  logger,
+			// The failing check's error text only with ADMIN_TOKEN.
+			ShowDetails: adminapi.Authorizes(cfg.HTTP.AdminToken),
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
-		adminapi.Mount(rt.Ops, adminapi.FromConfig(cfg, rt.Pool, logger))
+		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
+		acfg.Metrics = rt.Metrics.Admin()
+		adminapi.Mount(rt.Ops, acfg)
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}

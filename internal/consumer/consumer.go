@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -216,7 +217,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if len(recs) == 0 {
 			c.client.AllowRebalance()
 			if fetchErrs > 0 {
-				sleep(ctx, time.Second) // do not spin on a persistent fetch error
+				service.Sleep(ctx, time.Second) // do not spin on a persistent fetch error
 			}
 			continue
 		}
@@ -395,33 +396,13 @@ func (c *Consumer) deadLetter(ctx context.Context, evs []*event, ctxs []context.
 // Every failure here is one the batch must wait out (PostgreSQL or the broker
 // unreachable): skipping would lose records.
 func (c *Consumer) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	backoff := c.cfg.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		err := fn(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		c.logger.WarnContext(ctx, what+" failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		backoff = min(2*backoff, c.cfg.RetryBackoffMax)
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return service.Retry(ctx, service.Wait{
+		Name:    what,
+		Backoff: service.Backoff{Base: c.cfg.RetryBackoff, Max: c.cfg.RetryBackoffMax},
+		// An outage of minutes is a few lines per kind of failure.
+		LogEvery: 10 * time.Second,
+		Logger:   c.logger,
+	}, fn)
 }
 
 // Close leaves the group and closes the Kafka clients. Run calls it on

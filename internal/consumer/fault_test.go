@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // The one fault the real broker cannot stage on demand: "<topic>.dlq"
@@ -62,9 +62,9 @@ func TestDeadLetterIsAcknowledgedBeforeTheOffsetCommit(t *testing.T) {
 	}
 
 	refuse.Remove()
-	waitFor(t, 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, func() string {
 		off := b.committed(t)
-		return off[0] == 3, fmt.Sprintf("committed %v", off)
+		return testkit.Unless(off[0] == 3, "committed %v", off)
 	})
 	if dead := kafkatest.ConsumeAll(t, b.brokers, topic+DeadLetterSuffix, 1, 10*time.Second); len(dead) != 1 || string(dead[0].Value) != "not json" {
 		t.Errorf("dead-letter topic holds %d records, want the one bad record", len(dead))

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Row is one claimed outbox row, as the relay produces it.
-type Row struct {
+// Claimed is one claimed outbox row, as the relay produces it.
+type Claimed struct {
 	ID          uuid.UUID         `db:"id"`
 	Seq         int64             `db:"seq"`
 	AssetSeq    int64             `db:"asset_seq"`
@@ -28,7 +28,7 @@ type Row struct {
 }
 
 // AssetKey is the row's asset stream ("" for the null asset).
-func (w *Row) AssetKey() string {
+func (w *Claimed) AssetKey() string {
 	if w.AssetID == nil {
 		return ""
 	}
@@ -95,7 +95,7 @@ type ClaimParams struct {
 }
 
 // Claim returns the next rows to produce (see claimSQL).
-func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Row, error) {
+func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, error) {
 	exclude := p.Exclude
 	if exclude == nil {
 		exclude = []int64{}
@@ -104,7 +104,7 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Row])
+	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 // Claim: which rows a cycle may produce, in order.
 
 // row is one claimed outbox row.
-type row = outboxstore.Row
+type row = outboxstore.Claimed
 
 // claim reads the next batch. See outboxstore's claimSQL for the cursor: the
 // claim resumes after the last row it claimed while a drain is under way, and

@@ -93,6 +93,10 @@ func (a attemptSpan) RoundTrip(r *http.Request) (*http.Response, error) {
 			attribute.String("messaging.message.id", c.EventID),
 			attribute.String("webhook.event_type", c.EventType),
 			attribute.Bool("webhook.revived", c.Revived),
+			// Replaces otelhttp's url.full, which keeps the query string:
+			// subscribers put tokens there, and traces travel as far as
+			// logs.
+			attribute.String("url.full", redactURL(c.URL)),
 		)
 	}
 	resp, err := a.next.RoundTrip(r)
@@ -124,6 +128,9 @@ func (r result) describe() string {
 		return r.err.Error()
 	case r.status >= 300 && r.status < 400:
 		loc := r.header.Get("Location")
+		if loc != "" {
+			loc = redactURL(loc)
+		}
 		return fmt.Sprintf("HTTP %d redirect to %q not followed (redirects are failures)", r.status, loc)
 	case r.status < 200 || r.status >= 300:
 		return "HTTP " + strconv.Itoa(r.status) + " " + http.StatusText(r.status)

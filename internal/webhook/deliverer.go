@@ -53,7 +53,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 	if cfg.Lease <= cfg.Timeout {
 		return nil, fmt.Errorf("webhook lease (%s) must be longer than the request timeout (%s): a claim must not expire while its request can still be running", cfg.Lease, cfg.Timeout)
 	}
-	return &Deliverer{
+	d := &Deliverer{
 		pool:   pool,
 		cfg:    cfg,
 		store:  NewDeliveryStore(pool),
@@ -61,7 +61,23 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
 		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/webhook"),
 		wake:   make(chan struct{}, 1),
-	}, nil
+	}
+	for _, p := range cfg.AllowedCIDRs {
+		// An exemption covering a whole address family turns the SSRF
+		// guard off for it without a word: every subscription could then
+		// reach the cloud metadata endpoint, localhost and the private
+		// network. Allowed (a lab may want it), but never silently.
+		if p.Bits() == 0 {
+			family := "IPv6"
+			if p.Addr().Is4() {
+				family = "IPv4"
+			}
+			d.log.Warn(fmt.Sprintf("WEBHOOK_ALLOWED_CIDRS contains %s: the SSRF guard is off for every %s address "+
+				"(loopback, private networks, cloud metadata endpoints); list only the ranges your endpoints need", p, family),
+				"variable", "WEBHOOK_ALLOWED_CIDRS", "cidr", p.String())
+		}
+	}
+	return d, nil
 }
 
 // ID is what this deliverer writes in claimed_by.
@@ -390,12 +406,15 @@ func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *Claim) {
 }
 
 // redactURL keeps scheme, host and path: subscribers put tokens in query
-// strings, and logs travel further than the database.
+// strings and userinfo, and logs and traces travel further than the
+// database. Everything that shows a subscription's URL outside the
+// subscriptions table (log lines, span attributes, an attempt's error)
+// goes through it.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparseable URL)"
 	}
-	u.RawQuery, u.Fragment, u.User = "", "", nil
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment, u.User, u.Opaque = "", false, "", "", nil, ""
 	return u.String()
 }

@@ -318,8 +318,12 @@ type ListParams struct {
 	SubscriptionID string // "" any
 	Status         string // "" any
 	AssetID        *string
-	Limit          int
-	After          string // cursor from the previous page
+	EventType      string // "" any
+	// CreatedFrom / CreatedTo bound created_at (inclusive / exclusive);
+	// zero: unbounded.
+	CreatedFrom, CreatedTo time.Time
+	Limit                  int
+	After                  string // cursor from the previous page
 }
 
 // Page is one page of the log; NextCursor is "" on the last page.
@@ -360,7 +364,17 @@ func (s *DeliveryStore) List(ctx context.Context, p ListParams) (*Page, error) {
 	if p.AssetID != nil {
 		asset = *p.AssetID
 	}
-	rows, err := s.db.Query(ctx, listDeliveriesSQL, sub, status, asset, p.Limit+1, after)
+	var eventType, from, to any
+	if p.EventType != "" {
+		eventType = p.EventType
+	}
+	if !p.CreatedFrom.IsZero() {
+		from = p.CreatedFrom
+	}
+	if !p.CreatedTo.IsZero() {
+		to = p.CreatedTo
+	}
+	rows, err := s.db.Query(ctx, listDeliveriesSQL, sub, status, asset, p.Limit+1, after, eventType, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}

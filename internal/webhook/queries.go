@@ -409,7 +409,8 @@ WHERE id IN (
 // the most-run query and must never be a way to read a tenant's history.
 
 // listDeliveriesSQL pages newest first by id ($5: the last id of the previous
-// page, NULL for the first).
+// page, NULL for the first); $6 event type, $7/$8 a created_at range (NULL:
+// any).
 const listDeliveriesSQL = `
 SELECT d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
        d.status, d.attempts, d.next_attempt_at, d.lease_expires_at, coalesce(d.claimed_by, ''), coalesce(d.last_error, ''),
@@ -419,6 +420,9 @@ WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
   AND ($2::text IS NULL OR d.status = $2)
   AND ($3::text IS NULL OR d.asset_id IS NOT DISTINCT FROM nullif($3, ''))
   AND ($5::bigint IS NULL OR d.id < $5)
+  AND ($6::text IS NULL OR d.event_type = $6)
+  AND ($7::timestamptz IS NULL OR d.created_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.created_at < $8)
 ORDER BY d.id DESC
 LIMIT $4`
 
@@ -439,3 +443,46 @@ SELECT attempt, started_at, duration_ms, status_code, coalesce(error, ''), coale
 FROM bridge.delivery_attempts
 WHERE delivery_id = $1
 ORDER BY attempt, id`
+
+// Console views (inspect.go) -------------------------------------------------
+
+// subscriptionHealthSQL: the counts per status are index-only probes on
+// deliveries_by_subscription_status; the attempts of the last hour are a
+// range on delivery_attempts_started_at (migration 00040).
+const subscriptionHealthSQL = `
+WITH a AS (
+  SELECT d.subscription_id,
+         count(*) AS total,
+         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299) AS ok,
+         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299 AND x.started_at > now() - interval '1 minute') AS ok_minute
+  FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
+  WHERE x.started_at > now() - interval '1 hour'
+  GROUP BY 1)
+SELECT s.id::text,
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'),
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'delivering'),
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'dead'),
+       coalesce(a.total, 0), coalesce(a.ok, 0), coalesce(a.ok_minute, 0)
+FROM bridge.subscriptions s LEFT JOIN a ON a.subscription_id = s.id`
+
+const countStreamSQL = `
+SELECT count(*) FROM bridge.deliveries d
+WHERE d.subscription_id = $1 AND coalesce(d.asset_id, '') = $2 AND d.status IN ('pending', 'delivering')`
+
+// listStreamSQL walks deliveries_open_by_stream: the head (in flight or next)
+// first, then what waits behind it.
+const listStreamSQL = `
+SELECT d.id, d.seq, d.subscription_id::text, d.event_id, d.event_type, d.topic, d.asset_id, d.asset_seq,
+       d.status, d.attempts, d.next_attempt_at, d.lease_expires_at, coalesce(d.claimed_by, ''), coalesce(d.last_error, ''),
+       d.last_status_code, d.created_at, d.event_created_at, d.delivered_at, d.dead_at, d.revived_at
+FROM bridge.deliveries d
+WHERE d.subscription_id = $1 AND coalesce(d.asset_id, '') = $2 AND d.status IN ('pending', 'delivering')
+ORDER BY d.seq
+LIMIT $3`
+
+const getTraceparentSQL = `SELECT coalesce(traceparent, '') FROM bridge.deliveries WHERE id = $1`
+
+const insertTestDeliverySQL = `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, payload, event_created_at)
+VALUES ($1, $2, $3, 'bridge.console', 'bridge.test', $4::jsonb, now())
+RETURNING id`

@@ -1,8 +1,13 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,4 +100,92 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 	if revived[0].SpanContext().TraceID() != clients[0].SpanContext().TraceID() {
 		t.Fatal("the revived attempt left the original trace")
 	}
+}
+
+// A token in a subscription URL's query string reaches neither the log nor
+// the attempt's span: both show scheme, host and path only.
+func TestURLQueryNeverReachesLogsOrSpans(t *testing.T) {
+	t.Parallel()
+	const token = "SUBSCRIBER-TOKEN-91c2"
+	b := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var logs syncBuffer
+	rc := newReceiver(t, func(*received, int) int { return http.StatusInternalServerError })
+	sub := b.createSub(t, rc.URL+"/hooks/in?token="+token)
+	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	id := b.insert(t, sub.ID, "x", 1, `{}`)
+	b.waitStatus(t, id, StatusDead)
+
+	want := rc.URL + "/hooks/in"
+	sawURL := false
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if strings.Contains(line, token) {
+			t.Errorf("log line shows the URL's token: %s", line)
+		}
+		var l struct{ URL string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.URL != "" {
+			sawURL = true
+			if l.URL != want {
+				t.Errorf("log url = %q, want %q", l.URL, want)
+			}
+		}
+	}
+	if !sawURL {
+		t.Errorf("no log line names the URL:\n%s", logs.String())
+	}
+	clients := 0
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.Emit(), token) {
+				t.Errorf("span %q attribute %s shows the URL's token: %s", s.Name(), kv.Key, kv.Value.Emit())
+			}
+		}
+		if v, ok := spanAttr(s, "url.full"); ok {
+			clients++
+			if v.AsString() != want {
+				t.Errorf("span url.full = %q, want %q", v.AsString(), want)
+			}
+		}
+	}
+	if clients == 0 {
+		t.Error("no span with url.full")
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://h.example/p/a?token=x#frag":  "https://h.example/p/a",
+		"https://u:pw@h.example:8443/p?":      "https://h.example:8443/p",
+		"http://h.example":                    "http://h.example",
+		"https://h.example/p;param?x=1&y=2":   "https://h.example/p;param",
+		"https://h.example/%7Euser?sig=abc":   "https://h.example/%7Euser",
+		"mailto:someone@example.com?subject=": "mailto:",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// syncBuffer is a log sink the deliverer's goroutines write while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,10 +1,13 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,4 +126,44 @@ func TestSSRFHostnameResolvingToBlockedAddress(t *testing.T) {
 		t.Fatalf("with 127.0.0.0/8 allowed: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// An exemption of a whole address family turns the SSRF guard off; the
+// deliverer says so at start, naming the variable. A narrow one does not.
+func TestAllowAllCIDRWarnsAtStart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cidrs []string
+		warn  []string
+	}{
+		{[]string{"0.0.0.0/0"}, []string{"0.0.0.0/0"}},
+		{[]string{"127.0.0.0/8", "::/0"}, []string{"::/0"}},
+		{[]string{"0.0.0.0/0", "::/0"}, []string{"0.0.0.0/0", "::/0"}},
+		{[]string{"127.0.0.0/8", "10.0.0.0/8", "::1/128"}, nil},
+	} {
+		var logs bytes.Buffer
+		var prefixes []netip.Prefix
+		for _, s := range c.cidrs {
+			prefixes = append(prefixes, netip.MustParsePrefix(s))
+		}
+		if _, err := NewDeliverer(nil, Config{AllowedCIDRs: prefixes, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		var warned []string
+		for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "SSRF guard is off") {
+				if !strings.Contains(line, "WEBHOOK_ALLOWED_CIDRS") {
+					t.Errorf("warning does not name the variable: %s", line)
+				}
+				for _, w := range c.warn {
+					if strings.Contains(line, "cidr="+w) {
+						warned = append(warned, w)
+					}
+				}
+			}
+		}
+		if !slices.Equal(warned, c.warn) {
+			t.Errorf("WEBHOOK_ALLOWED_CIDRS=%v: warned for %v, want %v\n%s", c.cidrs, warned, c.warn, logs.String())
+		}
+	}
 }

@@ -1,0 +1,127 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The operator views behind the console (internal/console): per
+// subscription health, one stream's open deliveries, a delivery's trace,
+// and a test event.
+
+// SubscriptionHealth is one subscription's delivery figures.
+type SubscriptionHealth struct {
+	SubscriptionID string `json:"subscription_id"`
+	Pending        int64  `json:"pending"`
+	InFlight       int64  `json:"in_flight"`
+	Dead           int64  `json:"dead"`
+	// AttemptsHour / SucceededHour: HTTP attempts started in the last hour
+	// and those answered 2xx (the success rate is their ratio).
+	AttemptsHour  int64 `json:"attempts_last_hour"`
+	SucceededHour int64 `json:"succeeded_last_hour"`
+	// DeliveredMinute: attempts answered 2xx in the last minute (÷60 is the
+	// subscription's deliveries per second).
+	DeliveredMinute int64 `json:"delivered_last_minute"`
+}
+
+// SuccessRate is SucceededHour/AttemptsHour, or -1 when nothing was tried.
+func (h SubscriptionHealth) SuccessRate() float64 {
+	if h.AttemptsHour == 0 {
+		return -1
+	}
+	return float64(h.SucceededHour) / float64(h.AttemptsHour)
+}
+
+// Health returns every subscription's figures, keyed by subscription id.
+func (s *DeliveryStore) Health(ctx context.Context) (map[string]SubscriptionHealth, error) {
+	rows, err := s.db.Query(ctx, subscriptionHealthSQL)
+	if err != nil {
+		return nil, fmt.Errorf("subscription health: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionHealth, error) {
+		var h SubscriptionHealth
+		err := r.Scan(&h.SubscriptionID, &h.Pending, &h.InFlight, &h.Dead, &h.AttemptsHour, &h.SucceededHour, &h.DeliveredMinute)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscription health: %w", err)
+	}
+	out := make(map[string]SubscriptionHealth, len(list))
+	for _, h := range list {
+		out[h.SubscriptionID] = h
+	}
+	return out, nil
+}
+
+// Stream returns the open (delivering, then pending) deliveries of one
+// (subscription, asset) stream in stream order, at most limit, and how many
+// are open in all. asset "" is the null-asset stream.
+func (s *DeliveryStore) Stream(ctx context.Context, subscriptionID, asset string, limit int) ([]Delivery, int64, error) {
+	id, err := ParseID(subscriptionID)
+	if err != nil {
+		return nil, 0, err
+	}
+	var open int64
+	if err := s.db.QueryRow(ctx, countStreamSQL, id, asset).Scan(&open); err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	rows, err := s.db.Query(ctx, listStreamSQL, id, asset, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, scanDelivery)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	return ds, open, nil
+}
+
+// Traceparent returns the W3C traceparent a delivery carries ("" when none).
+func (s *DeliveryStore) Traceparent(ctx context.Context, id int64) (string, error) {
+	var tp string
+	if err := s.db.QueryRow(ctx, getTraceparentSQL, id).Scan(&tp); err != nil {
+		return "", notFound("delivery", fmt.Sprint(id), err)
+	}
+	return tp, nil
+}
+
+// TestEventType is the event type of SendTest's deliveries.
+const TestEventType = "bridge.test"
+
+// SendTest queues a test delivery to the subscription (event type
+// bridge.test, a stream of its own so it waits behind none of the
+// subscription's real events) and returns its id. The deliverer sends it
+// like any other: signed, retried, logged. It is queued even while the
+// subscription is disabled, and goes out once it is enabled.
+func (s *DeliveryStore) SendTest(ctx context.Context, subscriptionID string) (int64, error) {
+	id, err := ParseID(subscriptionID)
+	if err != nil {
+		return 0, err
+	}
+	eventID := "test-" + uuid.NewString()
+	payload, err := json.Marshal(map[string]any{
+		"test":    true,
+		"message": "test event from the Outbox Bridge console",
+		"sent_at": time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		return 0, err
+	}
+	var did int64
+	err = s.db.QueryRow(ctx, insertTestDeliverySQL, id, eventID, TestEventType, string(payload)).Scan(&did)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return 0, fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue test delivery: %w", err)
+	}
+	return did, nil
+}
