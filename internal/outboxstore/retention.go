@@ -17,13 +17,14 @@ WHERE id IN (
   ORDER BY sent_at
   LIMIT $2)`
 
-// DeleteSentChunk is how many rows one retention statement deletes.
+// DeleteSentChunk is how many rows one retention statement deletes (a
+// bounded DELETE holds its locks briefly and keeps WAL bursts small).
 const DeleteSentChunk = 5000
 
-// DeleteSentBatch deletes up to DeleteSentChunk SENT rows older than
-// retention and returns how many it removed.
-func DeleteSentBatch(ctx context.Context, db DB, retention time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, deleteSentSQL, Interval(retention), DeleteSentChunk)
+// DeleteSentBatch deletes up to limit SENT rows older than retention and
+// returns how many it removed.
+func DeleteSentBatch(ctx context.Context, db DB, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deleteSentSQL, Interval(retention), limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete sent outbox rows: %w", err)
 	}

@@ -2,14 +2,13 @@ package relay
 
 import (
 	"cmp"
-	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/service"
 )
 
 // Config configures a Relay. Zero values take the defaults given.
@@ -66,8 +65,7 @@ func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 1000000)
 	if c.MemberID == "" {
-		host, _ := os.Hostname()
-		c.MemberID = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
+		c.MemberID = service.ReplicaID()
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()

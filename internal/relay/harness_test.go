@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/outbox"
 )
@@ -30,30 +29,6 @@ type testBundle struct {
 func setup(t *testing.T, brokers []string) *testBundle {
 	t.Helper()
 	return &testBundle{t: t, db: pgtest.New(t), brokers: brokers}
-}
-
-// backends are the Kafka implementations the relay suite runs against: the
-// in-process kfake cluster (one per test) and the real Apache Kafka broker
-// from KAFKA_BROKERS (under CI=true a missing broker fails the test). A test
-// that needs an injected fault (kfake's Fault or Control) runs on kfake
-// only; every other test runs unchanged on both.
-var backends = []struct {
-	name    string
-	brokers func(testing.TB) []string
-}{
-	{"kfake", func(t testing.TB) []string { return kafkatest.Fake(t).ListenAddrs() }},
-	{"kafka", kafkatest.RealBrokers},
-}
-
-// eachBackend runs test once per backend, as parallel subtests.
-func eachBackend(t *testing.T, test func(t *testing.T, brokers []string)) {
-	t.Helper()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, be.brokers(t))
-		})
-	}
 }
 
 // fastConfig is a relay config with test-sized timings.

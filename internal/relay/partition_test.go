@@ -48,7 +48,8 @@ func TestPartitionerMatchesJavaMurmur2(t *testing.T) {
 // with 7 partitions, land on the partitions the Java formula gives.
 func TestBrokerPartitionsLikeJava(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		const partitions = 7
 		topic := kafkatest.CreateTopic(t, brokers, partitions, nil)

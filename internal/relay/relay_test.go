@@ -28,7 +28,8 @@ import (
 // created_at tie).
 func TestSameTransactionOrdering(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 6, nil)
 		b.startRelay(fastConfig())
@@ -82,7 +83,8 @@ func TestSameTransactionOrdering(t *testing.T) {
 // asset_seq order with no gaps (enqueue serialises one asset's writers).
 func TestConcurrentTransactionsOneAsset(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
 		b.startRelay(fastConfig())
@@ -243,7 +245,8 @@ func incompressible(n int) string {
 // a reason naming its size; its batch neighbours are SENT.
 func TestOversizedRecordParksImmediately(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		limit := "2000"
 		topic := kafkatest.CreateTopic(t, brokers, 1, map[string]*string{"max.message.bytes": &limit})
@@ -290,7 +293,8 @@ func indexOf(s, sub string) int {
 // A payload over RELAY_MAX_MESSAGE_BYTES is parked without being sent.
 func TestPayloadOverMaxMessageBytesParked(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
 		cfg := fastConfig()
@@ -382,7 +386,8 @@ func TestBrokerOutageChargesNothing(t *testing.T) {
 // dedup-id, never lost.
 func TestCrashBetweenProduceAndMark(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
 		ids := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "e", Payload: payload(1)})
@@ -413,7 +418,8 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 // 8. A rolled-back transaction is never produced.
 func TestRolledBackNeverProduced(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
 		b.startRelay(fastConfig())
@@ -450,7 +456,8 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 	for _, replicas := range []int{2, 3} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			t.Parallel()
-			eachBackend(t, func(t *testing.T, brokers []string) {
+			kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+				brokers := be.Brokers(t)
 				b := setup(t, brokers)
 				topic := kafkatest.CreateTopic(t, brokers, 6, nil)
 				cfg := fastConfig()
@@ -578,7 +585,8 @@ func TestReplayFailedRow(t *testing.T) {
 // on one partition.
 func TestNullAssetStreamOrdered(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 4, nil)
 		b.startRelay(fastConfig())
@@ -611,7 +619,8 @@ func TestNullAssetStreamOrdered(t *testing.T) {
 // The record carries the contract's headers and value.
 func TestRecordShape(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
 		ctx := context.Background()
@@ -695,7 +704,8 @@ func (o outageCounter) Outage(active bool) {
 // restart produces nothing twice.
 func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, brokers []string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
 		b := setup(t, brokers)
 		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
 		const total = 40000

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/service"
 )
 
 // The run loop: leases, NOTIFY wake-ups, retention, outage back-off and
@@ -178,86 +179,32 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 
 func (r *Relay) keepLanes(ctx context.Context) {
 	// Renew well within the lease so one slow round trip does not lose it.
-	r.every(ctx, max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), "lane lease upkeep failed", r.lanes.tick)
-}
-
-// every runs job on a ticker until ctx ends; a failure is logged as what
-// and the loop goes on (context.Canceled at shutdown is not a failure).
-func (r *Relay) every(ctx context.Context, interval time.Duration, what string, job func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := job(ctx); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, what, "error", err)
-			}
-		}
-	}
+	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log}, r.lanes.tick)
 }
 
 // listen wakes the loop on NOTIFY bridge_outbox (sent by a trigger at
 // commit), so an event is produced within milliseconds of its commit; the
 // poll interval is only the fallback when the listener is reconnecting.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := func() error {
-			pooled, err := r.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			// The connection carries LISTEN state: take it out of the pool for
-			// good, and close it when done.
-			conn := pooled.Hijack()
-			defer conn.Close(context.Background())
-			if _, err := conn.Exec(ctx, `LISTEN bridge_outbox`); err != nil {
-				return err
-			}
-			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
-					return err
-				}
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.WarnContext(ctx, "outbox listener reconnecting", "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+	service.Listen(ctx, service.Listener{Pool: r.pool, Channel: "bridge_outbox", Logger: r.log}, wake)
 }
 
 // retain deletes SENT rows past the retention in bounded batches.
 func (r *Relay) retain(ctx context.Context) {
-	r.every(ctx, min(max(r.cfg.Retention/10, time.Second), time.Minute), "outbox retention failed", func(ctx context.Context) error {
-		_, err := DeleteSent(ctx, r.pool, r.cfg.Retention)
-		return err
-	})
+	service.Every(ctx, service.Loop{Name: "outbox retention", Interval: min(max(r.cfg.Retention/10, time.Second), time.Minute), Logger: r.log},
+		func(ctx context.Context) error {
+			_, err := DeleteSent(ctx, r.pool, r.cfg.Retention)
+			return err
+		})
 }
 
 // DeleteSent deletes SENT rows older than retention, in batches of
 // outboxstore.DeleteSentChunk, and returns how many it removed.
 func DeleteSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
-	var total int64
-	for {
-		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-		n, err := outboxstore.DeleteSentBatch(qctx, pool, retention)
-		cancel()
-		total += n
-		if err != nil || n < outboxstore.DeleteSentChunk {
-			return total, err
-		}
-	}
+	return service.PruneInBatches(ctx, service.Prune{Batch: outboxstore.DeleteSentChunk, Timeout: database.QueryTimeout},
+		func(ctx context.Context, limit int) (int64, error) {
+			return outboxstore.DeleteSentBatch(ctx, pool, retention, limit)
+		})
 }
 
 // waitForBroker backs off while no broker answers, probing until one does.

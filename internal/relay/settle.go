@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -96,13 +96,7 @@ func (r *Relay) markSent(ctx context.Context, rows []*row, idx []int, results []
 // BackoffBase·2^(attempts-1), capped, with ±10% jitter so rows that failed
 // together do not retry in lockstep.
 func (r *Relay) backoff(attempts int) time.Duration {
-	d := r.cfg.BackoffBase
-	for i := 1; i < attempts && d < r.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.BackoffMax)
-	jitter := time.Duration((rand.Float64()*0.2 - 0.1) * float64(d))
-	return d + jitter
+	return service.Backoff{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax, Jitter: 0.1}.Delay(attempts)
 }
 
 func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []sendResult) error {
