@@ -16,7 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/api"
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // Config configures the API.
@@ -89,8 +89,8 @@ type adminAPI struct {
 	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
 	tokenDigest [sha256.Size]byte
 	pool        *pgxpool.Pool
-	subs        *webhook.SubscriptionStore
-	deliveries  *webhook.DeliveryStore
+	subs        *store.SubscriptionStore
+	deliveries  *store.DeliveryStore
 	log         *slog.Logger
 	rejections  *rejectionLog
 	metrics     AuthMetrics
@@ -101,8 +101,8 @@ func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
-		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
-		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
+		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		deliveries:  store.NewDeliveryStore(cfg.Pool),
 		log:         cfg.Logger,
 		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
@@ -303,7 +303,7 @@ var storeFields = map[string]string{
 
 func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	var ve *webhook.ValidationError
+	var ve *store.ValidationError
 	switch {
 	case errors.As(err, &ae):
 		writeJSON(w, ae.Status, errorBody{Error: ae.Message, Field: ae.Field})
@@ -317,7 +317,7 @@ func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error)
 			msg = strings.TrimSpace(ve.Value) + ": " + ve.Problem
 		}
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: msg, Field: field})
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "id"})
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.

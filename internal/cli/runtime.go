@@ -204,6 +204,11 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		checks = append(checks, opsserver.KafkaCheck(pinger.Ping))
 	}
 
+	if cfg.HTTP.Addr == "" && cfg.HTTP.AdminToken != "" {
+		// Set for a reason, ignored without a word: the operator would look
+		// for an API that is not there.
+		logger.Warn("ADMIN_TOKEN is set but HTTP_ADDR=off: the admin API is not served", "variable", "ADMIN_TOKEN")
+	}
 	if cfg.HTTP.Addr != "" {
 		rt.Ops = opsserver.New(opsserver.Config{
 			Addr:    cfg.HTTP.Addr,

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
@@ -163,7 +164,7 @@ func topicOptions(topics []string) ([]kgo.Opt, error) {
 		kgo.ConsumeTopics(exprs...),
 		kgo.ConsumeRegex(),
 		// Consuming our own dead letters would dead-letter them again.
-		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(DeadLetterSuffix) + "$"),
+		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(contract.DeadLetterSuffix) + "$"),
 	}, nil
 }
 
@@ -344,7 +345,7 @@ func (c *Consumer) finish(ctx context.Context, span trace.Span, ev *event, err e
 		span.SetAttributes(attribute.String("bridge.dlq_reason", ev.badReason))
 		span.SetStatus(codes.Error, "dead-lettered: "+ev.badReason)
 		c.stats.deadLettered.Add(1)
-		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+DeadLetterSuffix)
+		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+contract.DeadLetterSuffix)
 	case ev.duplicate:
 		span.SetAttributes(attribute.Bool("bridge.duplicate", true))
 		c.stats.duplicates.Add(1)
@@ -370,12 +371,12 @@ func (c *Consumer) deadLetter(ctx context.Context, evs []*event, ctxs []context.
 		hs := make([]kgo.RecordHeader, 0, len(r.Headers)+4)
 		hs = append(hs, r.Headers...)
 		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(ev.badReason)},
-			kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+			kgo.RecordHeader{Key: contract.HeaderDLQReason, Value: []byte(ev.badReason)},
+			kgo.RecordHeader{Key: contract.HeaderDLQTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: contract.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: contract.HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		)
-		recs = append(recs, &kgo.Record{Topic: r.Topic + DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+		recs = append(recs, &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
 		which = append(which, ev)
 	}
 	if len(recs) == 0 {

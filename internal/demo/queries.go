@@ -3,15 +3,8 @@ package demo
 // Every statement the demo runs itself (the pipeline's own live in its
 // packages; those over bridge.outbox in internal/outboxstore). They are
 // read-only except the cleanup: the demo writes only through outbox.Enqueue
-// and the subscription store.
-
-// deliveryCountsSQL: this run's deliveries by final state (the run has a
-// subscription of its own).
-const deliveryCountsSQL = `
-SELECT count(*) FILTER (WHERE status = 'delivered'),
-       count(*) FILTER (WHERE status = 'dead')
-  FROM bridge.deliveries
- WHERE subscription_id = $1`
+// and the subscription store, and reads its deliveries through the delivery
+// store.
 
 // liveRelaysSQL lists relay replicas whose membership has not expired.
 const liveRelaysSQL = `

@@ -46,7 +46,7 @@ func (w *Claimed) AssetKey() string {
 // one-time filter over the whole statement — every lane asked for must still
 // be held — so it costs one lookup per claim, not one per row.
 //
-// The first NOT EXISTS is the per-asset hold: asset X's row 5 failed and
+// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
 // waits for its retry; without the hold, the next claim would hand out X's
 // row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
 // skipped; rows of every other asset still flow. A FAILED row is not NEW, so

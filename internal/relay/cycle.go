@@ -62,7 +62,7 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 		}
 	}
 
-	// Outage or poison (HARD-PARTS 4)? When nothing in the batch got through,
+	// Outage or poison (docs/failure-modes.md §4)? When nothing in the batch got through,
 	// ask whether any broker answers at all. If none does, this is an outage:
 	// charge nothing, back off, probe, resume.
 	if len(s.sent) == 0 && len(failed) > 0 && allRetriable(results, failed) {

@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -35,7 +34,7 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Bound each attempt: franz-go retries retriable errors forever by
 		// default, and a send that never returns can never be counted
-		// (HARD-PARTS 4).
+		// (docs/failure-modes.md §4).
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
 		// Without this, franz-go refuses to fail a record already in flight
 		// (it cannot tell "never received" from "written, reply lost") and
@@ -65,48 +64,17 @@ type sendResult struct {
 	err       error
 }
 
-var reservedHeaders = map[string]bool{
-	"dedup-id": true, "trace-id": true, "traceparent": true, "tracestate": true,
-	"event-type": true, "asset-seq": true, "content-type": true,
-}
-
-// record builds the Kafka record for w (PRODUCT.md "Kafka record") under the
-// span context in ctx.
+// record builds the Kafka record for w (docs/contract.md, "Kafka record")
+// under the span context in ctx, which it carries into the producer's hooks.
 func record(ctx context.Context, w *row) *kgo.Record {
-	key := []byte{} // the null asset: empty, non-nil, hashed like any key
-	if w.AssetID != nil {
-		key = []byte(*w.AssetID)
-	}
-	hs := make([]kgo.RecordHeader, 0, 7+len(w.Headers))
-	hs = append(hs, kgo.RecordHeader{Key: "dedup-id", Value: []byte(w.ID.String())})
 	tp, ts := tracing.Traceparent(ctx)
-	if id := tracing.TraceID(ctx); id != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "trace-id", Value: []byte(id)})
-	}
-	if tp != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "traceparent", Value: []byte(tp)})
-	}
-	if ts != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "tracestate", Value: []byte(ts)})
-	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: "event-type", Value: []byte(w.EventType)},
-		kgo.RecordHeader{Key: "asset-seq", Value: []byte(strconv.FormatInt(w.AssetSeq, 10))},
-		kgo.RecordHeader{Key: "content-type", Value: []byte("application/json")},
-	)
-	// The row's own headers follow, in a stable order; they cannot shadow
-	// the bridge's (a consumer reading "the" dedup-id must get ours).
-	keys := make([]string, 0, len(w.Headers))
-	for k := range w.Headers {
-		if !reservedHeaders[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(w.Headers[k])})
-	}
-	return &kgo.Record{Topic: w.Topic, Key: key, Value: []byte(w.Payload), Headers: hs, Context: ctx}
+	rec := contract.Encode(contract.Event{
+		DedupID: w.ID.String(), Topic: w.Topic, AssetID: w.AssetID, AssetSeq: w.AssetSeq,
+		EventType: w.EventType, Payload: []byte(w.Payload), Headers: w.Headers,
+		TraceID: tracing.TraceID(ctx), Traceparent: tp, Tracestate: ts,
+	})
+	rec.Context = ctx
+	return rec
 }
 
 // startSpan starts the PRODUCER span of one row, parented on the trace

@@ -12,15 +12,16 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
@@ -107,11 +108,8 @@ func (a *acks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		a.n.Add(1)
 	}
 	if l := a.lat; l != nil && l.active.Load() {
-		for _, h := range r.Headers {
-			if h.Key == "dedup-id" {
-				l.acked(string(h.Value), time.Now())
-				break
-			}
+		if m, err := contract.Decode(r); err == nil {
+			l.acked(m.DedupID, time.Now())
 		}
 	}
 }
@@ -434,7 +432,12 @@ func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, si
 		var firstErr atomic.Value
 		wg.Add(k)
 		for i := range k {
-			client.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "ceiling-%d", (sent+i)%1000), Value: value}, func(_ *kgo.Record, err error) {
+			// The relay's own record shape (headers included), so the ceiling
+			// is what the broker takes of the records the relay sends.
+			asset := fmt.Sprintf("ceiling-%d", (sent+i)%1000)
+			rec := contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset,
+				AssetSeq: int64(sent + i + 1), EventType: "bench.ceiling", Payload: value})
+			client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 				}
@@ -469,15 +472,8 @@ func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want in
 			return read, len(bad), fmt.Errorf("read back %d of %d records: %w", read, want, deadline.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			var id, seq string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case "dedup-id":
-					id = string(h.Value)
-				case "asset-seq":
-					seq = string(h.Value)
-				}
-			}
+			m, err := contract.Decode(r)
+			id := m.DedupID
 			if seen[id] {
 				return
 			}
@@ -486,7 +482,10 @@ func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want in
 			// Keys may not start at asset-seq 1 (earlier events of the asset),
 			// but from the first one seen each must follow its predecessor.
 			k := string(r.Key)
-			n, _ := strconv.ParseInt(seq, 10, 64)
+			var n int64
+			if err == nil && m.AssetSeq != nil {
+				n = *m.AssetSeq
+			}
 			if exp, ok := next[k]; ok && n != exp {
 				bad[k] = true
 			}
