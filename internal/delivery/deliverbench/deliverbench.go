@@ -209,7 +209,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		}
 	}
 	res.InsertSeconds = time.Since(start).Seconds()
-	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "seconds", res.InsertSeconds)
+	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "elapsed_seconds", res.InsertSeconds)
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -262,7 +262,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	stopSampling()
 	sampler.Wait()
 	res.PeakHeapMiB = float64(peak.Load()) / (1 << 20)
-	logger.InfoContext(ctx, "backlog drained", "seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+	logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
 
 	// Live phase: small transactions at a steady rate, latency measured from
 	// just before each insert to the request's arrival.
