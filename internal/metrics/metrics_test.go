@@ -325,8 +325,8 @@ func TestDocumentedSeriesStartAtZero(t *testing.T) {
 	m.Deliveries()
 	for _, observe := range []func() (func() error, error){
 		func() (func() error, error) {
-			return m.observeOutbox(func(context.Context) (relay.Stats, error) {
-				return relay.Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}}, nil
+			return m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
+				return outboxstore.Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}}, nil
 			})
 		},
 		func() (func() error, error) { return m.ObserveDeliveries(db.Pool) },
