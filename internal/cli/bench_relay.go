@@ -9,6 +9,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/bench/relaybench"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/relay"
 )
 
 func init() { registerBench(newBenchRelayCmd) }
@@ -82,7 +83,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		if err != nil {
 			return err
 		}
-		rc := relayConfig(cfg)
+		rc := relay.ConfigFromEnv(cfg.Relay)
 		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
 		if *sustain > 0 {

@@ -91,7 +91,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, runtimeOptions{
+	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, relayStage.uses, runtimeOptions{
 		getenv:    func(string) string { return "" },
 		logger:    logging.New(t.Output(), "info", "text"),
 		refresh:   100 * time.Millisecond,
@@ -260,7 +260,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	cfg.HTTP.AdminToken = "an-admin-token-nobody-can-use"
 	quiet := logging.Discard()
 	var logs bytes.Buffer
-	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(string) string { return "" }, logger: slog.New(slog.NewTextHandler(&logs, nil)), noGlobals: true})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	rt.Close()
 	rt.Close() // twice is safe
 
-	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(k string) string {
 			if k == "OTEL_TRACES_SAMPLER" {
 				return "sometimes"
