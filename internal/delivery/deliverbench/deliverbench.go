@@ -63,6 +63,19 @@ type Result struct {
 	BaselineHeapMiB     float64 `json:"baseline_heap_mib"`
 	PeakHeapMiB         float64 `json:"peak_heap_mib"`
 	CeilingPerSecond    float64 `json:"ceiling_http_posts_per_second"`
+	// CeilingFraction is DeliveriesPerSecond / CeilingPerSecond. The
+	// ceiling is an upper bound, not a target: unsigned posts to a handler
+	// that answers before parsing, with no database.
+	CeilingFraction float64 `json:"ceiling_fraction"`
+	// What the engine did during the drain: claim statements, rows per
+	// claim and time per claim; outcome batches, outcomes per batch and
+	// time per batch.
+	ClaimStatements  int64   `json:"claim_statements"`
+	RowsPerClaim     float64 `json:"rows_per_claim"`
+	ClaimMS          float64 `json:"claim_ms_avg"`
+	OutcomeBatches   int64   `json:"outcome_batches"`
+	OutcomesPerBatch float64 `json:"outcomes_per_batch"`
+	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -258,6 +271,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	res.DrainSeconds = time.Since(start).Seconds()
 	if res.DrainSeconds > 0 {
 		res.DeliveriesPerSecond = float64(o.Events) / res.DrainSeconds
+	}
+	if res.CeilingPerSecond > 0 {
+		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
+	}
+	st := d.Stats()
+	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
+	if st.Claims > 0 {
+		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
+		res.ClaimMS = st.ClaimTime.Seconds() * 1000 / float64(st.Claims)
+	}
+	if st.Records > 0 {
+		res.OutcomesPerBatch = float64(st.Recorded) / float64(st.Records)
+		res.OutcomeBatchMS = st.RecordTime.Seconds() * 1000 / float64(st.Records)
 	}
 	stopSampling()
 	sampler.Wait()
