@@ -5,8 +5,12 @@ GO ?= go
 
 # The contract with the Go test helpers: these four variables point the
 # integration tests at the services started by scripts/services-up.sh.
+# The URL follows scripts/services-up.sh: it runs a cluster of its own on
+# another port when the server on 5432 is someone else's (evaluated when a
+# recipe runs, i.e. after the services prerequisite).
+SERVICES_DATABASE_URL = $(shell scripts/services-up.sh --database-url)
 TEST_ENV = \
-	DATABASE_URL='postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable' \
+	DATABASE_URL='$(SERVICES_DATABASE_URL)' \
 	KAFKA_BROKERS=127.0.0.1:9092 \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
@@ -50,7 +54,7 @@ bench:
 
 demo:
 	SERVICES=postgres scripts/services-up.sh
-	env DATABASE_URL='postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable' $(GO) run ./cmd/bridge demo
+	env DATABASE_URL='$(SERVICES_DATABASE_URL)' $(GO) run ./cmd/bridge demo
 
 clean:
 	rm -rf bin

@@ -23,6 +23,8 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -54,12 +56,28 @@ var Logger = slog.Default()
 
 var traceparentRe = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
+// w3cTraceparent and w3cTracestate are the keys the W3C propagator writes,
+// which the Kafka record and the webhook request carry under the same names.
+// They are taken from the propagator rather than from internal/contract so
+// that an application importing this package does not link the Kafka client;
+// a test checks that the two agree.
+var w3cTraceparent, w3cTracestate = func() (string, string) {
+	f := propagation.TraceContext{}.Fields()
+	return f[0], f[1]
+}()
+
 const enqueueSQL = `SELECT bridge.enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7)`
 
 func (e Event) validate() error {
 	switch {
 	case e.Topic == "":
 		return fmt.Errorf("%w: topic must not be empty", ErrInvalidEvent)
+	case topicProblem(e.Topic) != "":
+		t := e.Topic
+		if len(t) > 300 {
+			t = t[:300] + "…"
+		}
+		return fmt.Errorf("%w: topic %q is not a valid Kafka topic name: %s", ErrInvalidEvent, t, topicProblem(e.Topic))
 	case e.EventType == "":
 		return fmt.Errorf("%w: event type must not be empty", ErrInvalidEvent)
 	case len(e.Payload) == 0:
@@ -68,6 +86,31 @@ func (e Event) validate() error {
 		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEvent)
 	}
 	return nil
+}
+
+// topicProblem says what is wrong with a topic name, or "" when Kafka
+// accepts it. A row whose topic Kafka refuses commits with the
+// application's change and can never be sent: the relay parks it later, far
+// from the code that wrote it. The rules are Kafka's (1–249 characters of
+// [a-zA-Z0-9._-], not "." or ".."), plus its internal prefix "__"; the SQL
+// function bridge.topic_name_problem (migration 00030) is the same check
+// for callers of bridge.enqueue, and its messages match these.
+func topicProblem(topic string) string {
+	switch {
+	case topic == "":
+		return "it must not be empty"
+	case utf8.RuneCountInString(topic) > 249:
+		return fmt.Sprintf("it is %d characters long; at most 249 are allowed", utf8.RuneCountInString(topic))
+	case topic == "." || topic == "..":
+		return "'.' and '..' are not allowed"
+	case strings.IndexFunc(topic, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) >= 0:
+		return "only ASCII letters, digits, '.', '_' and '-' are allowed"
+	case strings.HasPrefix(topic, "__"):
+		return "names starting with '__' are reserved for Kafka's internal topics"
+	}
+	return ""
 }
 
 // Enqueue writes one event in tx and returns its id, the dedup id every copy
@@ -180,7 +223,7 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 	}
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
-	tp := carrier["traceparent"]
+	tp := carrier[w3cTraceparent]
 	if !traceparentRe.MatchString(tp) {
 		if Logger != nil {
 			Logger.WarnContext(ctx, "dropping malformed traceparent", "traceparent", tp)
@@ -188,7 +231,7 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 		return nil, nil
 	}
 	traceparent = &tp
-	if s := carrier["tracestate"]; s != "" {
+	if s := carrier[w3cTracestate]; s != "" {
 		tracestate = &s
 	}
 	return traceparent, tracestate

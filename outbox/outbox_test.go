@@ -36,6 +36,13 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		{"invalid JSON", outbox.Event{Topic: "t", EventType: "e", Payload: json.RawMessage(`{"a":`)}, "payload is not valid JSON"},
 		{"empty payload", outbox.Event{Topic: "t", EventType: "e"}, "payload must not be empty"},
 	}
+	for _, c := range badTopics {
+		cases = append(cases, struct {
+			name string
+			ev   outbox.Event
+			want string
+		}{"topic " + c.topic[:min(len(c.topic), 20)], outbox.Event{Topic: c.topic, EventType: "e", Payload: json.RawMessage(`{}`)}, c.want})
+	}
 	for _, c := range cases {
 		err := inTx(t, db, func(tx pgx.Tx) error {
 			_, err := outbox.Enqueue(context.Background(), tx, c.ev)
@@ -72,6 +79,50 @@ func TestSQLEnqueueRejectsBadInput(t *testing.T) {
 		_, err := db.Pool.Exec(context.Background(), c.sql)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+	for _, c := range badTopics {
+		_, err := db.Pool.Exec(context.Background(), `SELECT bridge.enqueue($1, 'a', 'e', '{}')`, c.topic)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "is not a valid Kafka topic name: "+c.want) {
+			t.Errorf("bridge.enqueue(topic %.40q) = %v, want 22023 naming %q", c.topic, err, c.want)
+		}
+	}
+	for _, ok := range goodTopics {
+		if _, err := db.Pool.Exec(context.Background(), `SELECT bridge.enqueue($1, 'a', 'e', '{}')`, ok); err != nil {
+			t.Errorf("bridge.enqueue(topic %q): %v", ok, err)
+		}
+	}
+}
+
+// Topic names Kafka refuses, each with the rule the error must name; the
+// Go and SQL checks give the same message.
+var badTopics = []struct{ topic, want string }{
+	{"ux.bad topic", "only ASCII letters, digits, '.', '_' and '-' are allowed"},
+	{"ux/slash", "only ASCII letters, digits, '.', '_' and '-' are allowed"},
+	{"café", "only ASCII letters, digits, '.', '_' and '-' are allowed"},
+	{"tab\tbed", "only ASCII letters, digits, '.', '_' and '-' are allowed"},
+	{strings.Repeat("x", 250), "it is 250 characters long; at most 249 are allowed"},
+	{strings.Repeat("é", 300), "it is 300 characters long; at most 249 are allowed"},
+	{".", "'.' and '..' are not allowed"},
+	{"..", "'.' and '..' are not allowed"},
+	{"__consumer_offsets", "names starting with '__' are reserved for Kafka's internal topics"},
+	{"__x", "names starting with '__' are reserved for Kafka's internal topics"},
+}
+
+var goodTopics = []string{"assets", "a", "A.b_c-9", "...", "_single", strings.Repeat("x", 249), "x__y"}
+
+// Every good topic is enqueued by the Go API too.
+func TestEnqueueAcceptsKafkaTopicNames(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, topic := range goodTopics {
+		err := inTx(t, db, func(tx pgx.Tx) error {
+			_, err := outbox.Enqueue(context.Background(), tx, outbox.Event{Topic: topic, EventType: "e", Payload: json.RawMessage(`{}`)})
+			return err
+		})
+		if err != nil {
+			t.Errorf("topic %q: %v", topic, err)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Stops what scripts/services-up.sh started: Kafka and Jaeger (by their pid
-# files: SIGTERM, wait, SIGKILL as a last resort) and the PostgreSQL cluster
-# on port 5432 (pg_ctlcluster stop).
+# Stops what scripts/services-up.sh started: Kafka, the three-node Kafka
+# cluster and Jaeger (by their pid files: SIGTERM, wait, SIGKILL as a last
+# resort) and the PostgreSQL clusters the script created (those with its
+# conf.d/outbox-bridge.conf marker; pg_ctlcluster stop). A server it did not
+# create is left running.
 #
 #   --keep-postgres   leave PostgreSQL running
 #
@@ -11,8 +13,7 @@ set -euo pipefail
 
 CACHE="${OUTBOX_BRIDGE_CACHE:-$HOME/.cache/outbox-bridge}"
 STATE="${OUTBOX_BRIDGE_STATE:-$CACHE/state}"
-SERVICES="${SERVICES:-postgres kafka jaeger}"
-PG_PORT=5432
+SERVICES="${SERVICES:-postgres kafka kafka-cluster jaeger}"
 
 for arg in "$@"; do
 	case $arg in
@@ -65,14 +66,23 @@ if want kafka; then
 	# Controlled shutdown of a single KRaft node takes a few seconds.
 	stop_pidfile kafka "$STATE/kafka/kafka.pid" kafka.Kafka 60
 fi
+if want kafka-cluster; then
+	for n in 1 2 3; do
+		stop_pidfile "kafka-cluster node $n" "$STATE/kafka-cluster/node-$n/kafka.pid" kafka.Kafka 60
+	done
+fi
 if want jaeger; then
 	stop_pidfile jaeger "$STATE/jaeger/jaeger.pid" jaeger 30
 fi
 if want postgres; then
 	if command -v pg_lsclusters >/dev/null; then
-		# Stop the online cluster(s) on our port.
-		pg_lsclusters -h | awk -v p="$PG_PORT" '$3 == p && $4 ~ /^online/ {print $1, $2}' |
+		# Stop the online cluster(s) this script created.
+		pg_lsclusters -h | awk '$4 ~ /^online/ {print $1, $2}' |
 			while read -r ver cluster; do
+				if [[ ! -f /etc/postgresql/$ver/$cluster/conf.d/outbox-bridge.conf ]]; then
+					log "postgres: $ver/$cluster was not created by services-up.sh, leaving it running"
+					continue
+				fi
 				log "postgres: stopping cluster $ver/$cluster"
 				if [[ $(id -u) -eq 0 ]]; then
 					pg_ctlcluster "$ver" "$cluster" stop

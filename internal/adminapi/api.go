@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/api"
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // Config configures the API.
@@ -30,8 +31,11 @@ type Config struct {
 	// (WEBHOOK_SECRET_GRACE).
 	SecretGrace time.Duration
 	// Logger records every write the API makes (method, path, status; never
-	// bodies) and server-side failures. Default discards.
+	// bodies), rejected requests (rate-limited per source) and server-side
+	// failures. Default discards.
 	Logger *slog.Logger
+	// Metrics counts rejected requests. nil: not counted.
+	Metrics AuthMetrics
 }
 
 // FromConfig is the API's Config from the bridge configuration.
@@ -44,6 +48,10 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Logger:      logger,
 	}
 }
+
+// MinTokenLength is the ADMIN_TOKEN length below which Mount warns: a
+// short token is guessable, and the API has no lockout.
+const MinTokenLength = 16
 
 // Mounter is what the API mounts on: *opsserver.Server, *http.ServeMux.
 type Mounter interface {
@@ -63,8 +71,8 @@ func Mount(m Mounter, cfg Config) bool {
 		a.log.Warn("admin API not mounted: ADMIN_TOKEN is blank")
 		return false
 	}
-	if len(strings.TrimSpace(cfg.Token)) < 16 {
-		a.log.Warn("ADMIN_TOKEN is shorter than 16 characters; use a long random token (e.g. openssl rand -hex 32)")
+	if len(strings.TrimSpace(cfg.Token)) < MinTokenLength {
+		a.log.Warn(fmt.Sprintf("ADMIN_TOKEN is shorter than %d characters; use a long random token (e.g. openssl rand -hex 32)", MinTokenLength))
 	}
 	m.Handle("/api/v1/", a)
 	m.Handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
@@ -81,9 +89,11 @@ type adminAPI struct {
 	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
 	tokenDigest [sha256.Size]byte
 	pool        *pgxpool.Pool
-	subs        *webhook.SubscriptionStore
-	deliveries  *webhook.DeliveryStore
+	subs        *store.SubscriptionStore
+	deliveries  *store.DeliveryStore
 	log         *slog.Logger
+	rejections  *rejectionLog
+	metrics     AuthMetrics
 	routes      *http.ServeMux
 }
 
@@ -91,15 +101,17 @@ func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
-		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
-		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
+		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		deliveries:  store.NewDeliveryStore(cfg.Pool),
 		log:         cfg.Logger,
+		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	a.log = a.log.With("component", "adminapi")
+	a.rejections = newRejectionLog(a.log)
 	for _, rt := range a.routeTable() {
 		a.routes.Handle(rt.pattern, a.handle(rt.handler))
 	}
@@ -138,6 +150,14 @@ func (a *adminAPI) routeTable() []route {
 func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if !a.authorized(r) {
+		if a.metrics != nil {
+			a.metrics.AuthFailure()
+		}
+		reason := "wrong bearer token"
+		if r.Header.Get("Authorization") == "" {
+			reason = "no Authorization header"
+		}
+		a.rejections.reject(r.Context(), r, reason)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox-bridge admin API"`)
 		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong bearer token (Authorization: Bearer <ADMIN_TOKEN>)", Field: "Authorization"})
 		return
@@ -149,10 +169,25 @@ func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.routes.ServeHTTP(w, r)
 }
 
-// authorized compares the bearer token with ADMIN_TOKEN in constant time.
-// Both sides are hashed first: subtle.ConstantTimeCompare returns at once on
-// a length mismatch, which would reveal the token's length.
-func (a *adminAPI) authorized(r *http.Request) bool {
+func (a *adminAPI) authorized(r *http.Request) bool { return bearerMatches(r, a.tokenDigest) }
+
+// Authorizes returns whether a request carries token as its bearer token
+// (for what else on HTTP_ADDR shows more to the admin, like /readyz's
+// error details). A blank token authorizes nobody.
+func Authorizes(token string) func(*http.Request) bool {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return func(*http.Request) bool { return false }
+	}
+	digest := sha256.Sum256([]byte(token))
+	return func(r *http.Request) bool { return bearerMatches(r, digest) }
+}
+
+// bearerMatches compares the bearer token with the one whose digest is
+// given, in constant time. Both sides are hashed: subtle.ConstantTimeCompare
+// returns at once on a length mismatch, which would reveal the token's
+// length.
+func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
@@ -162,7 +197,7 @@ func (a *adminAPI) authorized(r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(got[:], a.tokenDigest[:]) == 1
+	return subtle.ConstantTimeCompare(got[:], digest[:]) == 1
 }
 
 // unrouted answers a request no pattern matches in JSON: 405 (with Allow)
@@ -268,7 +303,7 @@ var storeFields = map[string]string{
 
 func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	var ve *webhook.ValidationError
+	var ve *store.ValidationError
 	switch {
 	case errors.As(err, &ae):
 		writeJSON(w, ae.Status, errorBody{Error: ae.Message, Field: ae.Field})
@@ -282,7 +317,7 @@ func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error)
 			msg = strings.TrimSpace(ve.Value) + ": " + ve.Problem
 		}
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: msg, Field: field})
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "id"})
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.

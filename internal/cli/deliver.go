@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery"
 )
 
 func init() { register(newDeliverCmd) }
@@ -53,13 +53,13 @@ destinations are refused unless listed in WEBHOOK_ALLOWED_CIDRS.`,
 
 // newDeliverer builds the webhook Deliverer from WEBHOOK_* and the shared
 // runtime (pool, logger, tracer provider, metrics); `bridge run` uses it too.
-func newDeliverer(cfg *config.Config, rt *runtime) (*webhook.Deliverer, error) {
-	dc, err := webhook.ConfigFromEnv(cfg.Webhook)
+func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) {
+	dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 	if err != nil {
 		return nil, err
 	}
 	dc.Logger = rt.Logger
 	dc.TracerProvider = rt.TracerProvider
 	dc.Metrics = rt.DeliveryMetrics
-	return webhook.NewDeliverer(rt.Pool, dc)
+	return delivery.NewDeliverer(rt.Pool, dc)
 }

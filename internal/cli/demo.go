@@ -17,10 +17,10 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/logging"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 func init() { register(newDemoCmd) }
@@ -238,7 +238,7 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 
 	sum, err := demo.Run(ctx, demo.Env{
 		Pool:            rt.Pool,
-		Subscriptions:   webhook.NewSubscriptionStore(rt.Pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace),
+		Subscriptions:   store.NewSubscriptionStore(rt.Pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace),
 		Pipeline:        func(ctx context.Context) error { return runAll(ctx, cfg, rt) },
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),

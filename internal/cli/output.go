@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 )
@@ -28,14 +31,18 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// printTable writes aligned columns for humans.
+// printTable writes aligned columns for humans. Every cell goes through
+// termSafe: cells hold text others wrote (an endpoint's answer, an
+// operator's --reason, an application's asset id), and printed raw an
+// answer of "ESC]0;…BEL ESC[2J" retitles and clears the operator's
+// terminal, and a newline or tab in an asset id breaks the table's rows.
 func printTable(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for i, h := range header {
 		if i > 0 {
 			fmt.Fprint(tw, "\t")
 		}
-		fmt.Fprint(tw, h)
+		fmt.Fprint(tw, termSafe(h))
 	}
 	fmt.Fprintln(tw)
 	for _, r := range rows {
@@ -43,9 +50,54 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 			if i > 0 {
 				fmt.Fprint(tw, "\t")
 			}
-			fmt.Fprint(tw, c)
+			fmt.Fprint(tw, termSafe(c))
 		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// termSafe shows control characters as Go escapes (\x1b, \n, \u009b) so
+// they are seen rather than obeyed: C0 controls and DEL, the C1 controls
+// (U+0080–U+009F, which some terminals treat as CSI/OSC introducers),
+// bidirectional overrides (which reorder what the operator reads) and bytes
+// that are not UTF-8. Printable text, accented or not, stays as it is.
+// -o json needs none of this: its encoder already escapes control
+// characters.
+func termSafe(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unsafeRune(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unsafeRune(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\n', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }

@@ -204,15 +204,24 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		checks = append(checks, opsserver.KafkaCheck(pinger.Ping))
 	}
 
+	if cfg.HTTP.Addr == "" && cfg.HTTP.AdminToken != "" {
+		// Set for a reason, ignored without a word: the operator would look
+		// for an API that is not there.
+		logger.Warn("ADMIN_TOKEN is set but HTTP_ADDR=off: the admin API is not served", "variable", "ADMIN_TOKEN")
+	}
 	if cfg.HTTP.Addr != "" {
 		rt.Ops = opsserver.New(opsserver.Config{
 			Addr:    cfg.HTTP.Addr,
 			Metrics: rt.Metrics.Handler(),
 			Checks:  checks,
 			Logger:  logger,
+			// The failing check's error text only with ADMIN_TOKEN.
+			ShowDetails: adminapi.Authorizes(cfg.HTTP.AdminToken),
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
-		adminapi.Mount(rt.Ops, adminapi.FromConfig(cfg, rt.Pool, logger))
+		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
+		acfg.Metrics = rt.Metrics.Admin()
+		adminapi.Mount(rt.Ops, acfg)
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}

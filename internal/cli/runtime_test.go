@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -254,14 +257,23 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.HTTP.Addr = "" // the server is off
+	cfg.HTTP.AdminToken = "an-admin-token-nobody-can-use"
 	quiet := logging.Discard()
+	var logs bytes.Buffer
 	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
-		getenv: func(string) string { return "" }, logger: quiet, noGlobals: true})
+		getenv: func(string) string { return "" }, logger: slog.New(slog.NewTextHandler(&logs, nil)), noGlobals: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rt.Ops != nil {
 		t.Error("ops server started with HTTP_ADDR empty")
+	}
+	// ADMIN_TOKEN without a server to serve the API on: said, not ignored.
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "ADMIN_TOKEN is set but HTTP_ADDR=off") {
+		t.Errorf("no warning for ADMIN_TOKEN with HTTP_ADDR=off:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), cfg.HTTP.AdminToken) {
+		t.Errorf("the log shows the admin token:\n%s", logs.String())
 	}
 	// The deliverer's gauges are registered even without a server.
 	if f := metricstest.Scrape(t, rt.Metrics.Handler()); !f.Has("bridge_deliveries") || f.Has("bridge_outbox_rows") {

@@ -16,6 +16,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
@@ -190,6 +191,25 @@ func TestComposeBridgeEnvironment(t *testing.T) {
 		if _, err := tracing.ConfigFromEnv(func(k string) string { return env[k] }, "x"); err != nil {
 			t.Errorf("%s: its OTEL_* variables do not load: %v", name, err)
 		}
+	}
+}
+
+// The compose file's default admin token is a development one, but not so
+// short that the bridge's own warning fires on every start of it.
+func TestComposeAdminTokenIsLongEnough(t *testing.T) {
+	t.Parallel()
+	p := load(t, nil)
+	seen := 0
+	for _, s := range p.Services {
+		if tok, ok := environment(s)["ADMIN_TOKEN"]; ok {
+			seen++
+			if len(tok) < adminapi.MinTokenLength {
+				t.Errorf("%s: ADMIN_TOKEN %q is shorter than %d characters (the bridge warns at start)", s.Name, tok, adminapi.MinTokenLength)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no service sets ADMIN_TOKEN")
 	}
 }
 

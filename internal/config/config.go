@@ -7,14 +7,19 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Log configures logging.
@@ -64,6 +69,11 @@ func (c Database) validate() error {
 			return fieldError("DATABASE_URL", RedactURL(c.URL), "scheme must be postgres:// or postgresql://")
 		}
 	}
+	// Parsed here as Connect parses it, so every command (bridge config
+	// included) refuses 'not a url' with exit 2 before connecting.
+	if _, err := c.PoolConfig(); err != nil {
+		return err
+	}
 	if c.ConnectTimeout <= 0 {
 		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must be positive")
 	}
@@ -71,6 +81,44 @@ func (c Database) validate() error {
 		return fieldError("DATABASE_MAX_CONNS", fmt.Sprint(c.MaxConns), "must be at least 2")
 	}
 	return nil
+}
+
+// PoolConfig parses DATABASE_URL (URL or key=value form) as pgxpool does.
+// A parse error names the variable and never echoes the password.
+func (c Database) PoolConfig() (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fieldError("DATABASE_URL", RedactURL(c.URL), "cannot be parsed: "+redactParseError(err))
+	}
+	return pcfg, nil
+}
+
+func redactParseError(err error) string {
+	// pgconn's parse errors quote the DSN; do not echo it back.
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if u := errors.Unwrap(pe); u != nil {
+			return u.Error()
+		}
+		return "invalid connection string"
+	}
+	return err.Error()
+}
+
+// checkPort says what is wrong with a TCP port, or "" when it is one: a
+// number from 1 (0 too when zeroOK: any free port) to 65535. Checked here
+// so HTTP_ADDR=:99999 is refused with exit 2 instead of failing at listen.
+func checkPort(port string, zeroOK bool) string {
+	n, err := strconv.Atoi(port)
+	switch {
+	case err != nil || port == "" || strings.TrimLeft(port, "0123456789") != "":
+		return fmt.Sprintf("port %q is not a number", port)
+	case n > 65535:
+		return fmt.Sprintf("port %d is out of range (at most 65535)", n)
+	case n == 0 && !zeroOK:
+		return "port 0 is not a port to connect to"
+	}
+	return ""
 }
 
 // Kafka configures the connection to the Kafka cluster, shared by every
@@ -113,6 +161,9 @@ func (c Kafka) Validate(requireBrokers bool) error {
 		if err != nil || host == "" || port == "" {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q is not host:port", b))
 		}
+		if p := checkPort(port, false); p != "" {
+			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
+		}
 	}
 	switch c.SASLMechanism {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
@@ -146,8 +197,12 @@ func (c HTTP) validate() error {
 	if c.Addr == "" || c.Addr == HTTPOff {
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	_, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
 		return fieldError("HTTP_ADDR", c.Addr, "is not host:port")
+	}
+	if p := checkPort(port, true); p != "" {
+		return fieldError("HTTP_ADDR", c.Addr, p)
 	}
 	return nil
 }
@@ -348,6 +403,13 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s=%q %s", e.Var, e.Value, e.Problem)
 }
 
+// problemUnset is the Problem of a required variable that is not set.
+const problemUnset = "is required but not set"
+
+// Unset reports whether the error is a required variable left unset (as
+// opposed to one set to something wrong).
+func (e *Error) Unset() bool { return e.Problem == problemUnset }
+
 func fieldError(name, value, problem string) error {
 	return &Error{Var: name, Value: value, Problem: problem}
 }
@@ -363,10 +425,11 @@ type Needs struct {
 // process environment) and validates what the command needs.
 func Load(environ map[string]string, needs Needs) (*Config, error) {
 	var cfg Config
-	opts := env.Options{}
-	if environ != nil {
-		opts.Environment = environ
+	environ, err := normalizeLists(environ)
+	if err != nil {
+		return nil, err
 	}
+	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
 	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook}
@@ -399,6 +462,56 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 		cfg.Kafka.Brokers[i] = strings.TrimSpace(b)
 	}
 	return &cfg, nil
+}
+
+// normalizeLists returns environ (nil: the process environment) with every
+// list variable (a field with an envSeparator) trimmed around its commas.
+// Every list is read alike: 'a, b' is a and b whether the items are CIDRs,
+// durations or topics (the duration parser used to refuse ' 2s' while the
+// CIDR list trimmed it), and an empty item ('a,,b', a trailing comma) is
+// refused naming the variable instead of being kept or dropped silently.
+func normalizeLists(environ map[string]string) (map[string]string, error) {
+	if environ == nil {
+		environ = map[string]string{}
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				environ[k] = v
+			}
+		}
+	} else {
+		environ = maps.Clone(environ)
+	}
+	for _, name := range listVars() {
+		raw, ok := environ[name]
+		if !ok || strings.TrimSpace(raw) == "" {
+			continue
+		}
+		items := strings.Split(raw, ",")
+		for i, it := range items {
+			items[i] = strings.TrimSpace(it)
+			if items[i] == "" {
+				return nil, fieldError(name, raw, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
+			}
+		}
+		environ[name] = strings.Join(items, ",")
+	}
+	return environ, nil
+}
+
+// listVars are the variables read as comma-separated lists.
+func listVars() []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		st := t.Field(i).Type
+		for j := 0; j < st.NumField(); j++ {
+			f := st.Field(j)
+			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 func isOnlyUnset(err error) bool {
@@ -443,7 +556,7 @@ func describe(err error, part any) error {
 	}
 	var unset env.VarIsNotSetError
 	if errors.As(err, &unset) {
-		return fieldError(unset.Key, "", "is required but not set")
+		return fieldError(unset.Key, "", problemUnset)
 	}
 	var empty env.EmptyVarError
 	if errors.As(err, &empty) {

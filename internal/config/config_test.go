@@ -112,6 +112,16 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"DATABASE_URL", "mysql://root@db/app", config.Needs{Database: true}, "postgres://"},
 		{"DATABASE_CONNECT_TIMEOUT", "0s", config.Needs{Database: true}, "positive"},
 		{"DATABASE_MAX_CONNS", "lots", config.Needs{Database: true}, "int"},
+		{"DATABASE_URL", "not a url", config.Needs{Database: true}, "cannot be parsed"},
+		{"HTTP_ADDR", ":99999", config.Needs{}, "out of range"},
+		{"HTTP_ADDR", "127.0.0.1:http", config.Needs{}, "not a number"},
+		{"KAFKA_BROKERS", "k1:70000", config.Needs{}, "out of range"},
+		{"KAFKA_BROKERS", "k1:0", config.Needs{}, "port 0"},
+		{"CONSUMER_TOPICS", "a,,b", config.Needs{}, "empty item (item 2 of 3)"},
+		{"CONSUMER_TOPICS", "a,b,", config.Needs{Topics: true}, "empty item"},
+		{"KAFKA_BROKERS", "k1:9092, ,k2:9092", config.Needs{}, "empty item"},
+		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s", config.Needs{}, "empty item"},
+		{"WEBHOOK_ALLOWED_CIDRS", ",127.0.0.0/8", config.Needs{}, "empty item"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
@@ -122,6 +132,34 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 				t.Errorf("message %q does not say %q", err, tt.wantInMessage)
 			}
 		})
+	}
+}
+
+// Every list variable trims the spaces around its commas, whatever its
+// items are; HTTP_ADDR port 0 (any free port) stays allowed.
+func TestLoadListsTrimmedAlike(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(env(map[string]string{
+		"WEBHOOK_ALLOWED_CIDRS":  "127.0.0.0/8, ::1/128",
+		"WEBHOOK_RETRY_SCHEDULE": "1s, 2s",
+		"KAFKA_BROKERS":          "k1:9092 , k2:9092",
+		"CONSUMER_TOPICS":        " a , b",
+		"HTTP_ADDR":              "127.0.0.1:0",
+	}), config.Needs{Database: true, Kafka: true, Topics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Webhook.RetrySchedule; len(got) != 2 || got[0] != time.Second || got[1] != 2*time.Second {
+		t.Errorf("WEBHOOK_RETRY_SCHEDULE = %v", got)
+	}
+	if got := strings.Join(cfg.Webhook.AllowedCIDRs, "|"); got != "127.0.0.0/8|::1/128" {
+		t.Errorf("WEBHOOK_ALLOWED_CIDRS = %q", got)
+	}
+	if got := strings.Join(cfg.Kafka.Brokers, "|"); got != "k1:9092|k2:9092" {
+		t.Errorf("KAFKA_BROKERS = %q", got)
+	}
+	if got := strings.Join(cfg.Consumer.Topics, "|"); got != "a|b" {
+		t.Errorf("CONSUMER_TOPICS = %q", got)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/kafkatest"
 )
 
 // BenchmarkConsume measures records/s from a backlog on the real broker to
@@ -19,7 +21,7 @@ import (
 // core).
 func BenchmarkConsume(b *testing.B) {
 	const perIteration = 10000
-	tb := setup(b, 6)
+	tb := setup(b, kafkatest.RealBackend(), 6)
 	tb.subscribe(b, []string{"*"}, nil, true)
 	tb.subscribe(b, []string{"bench.*"}, nil, true)
 	payload := `{"data":"` + strings.Repeat("x", 280) + `"}`

@@ -21,7 +21,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -162,7 +164,7 @@ func topicOptions(topics []string) ([]kgo.Opt, error) {
 		kgo.ConsumeTopics(exprs...),
 		kgo.ConsumeRegex(),
 		// Consuming our own dead letters would dead-letter them again.
-		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(DeadLetterSuffix) + "$"),
+		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(contract.DeadLetterSuffix) + "$"),
 	}, nil
 }
 
@@ -216,7 +218,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if len(recs) == 0 {
 			c.client.AllowRebalance()
 			if fetchErrs > 0 {
-				sleep(ctx, time.Second) // do not spin on a persistent fetch error
+				service.Sleep(ctx, time.Second) // do not spin on a persistent fetch error
 			}
 			continue
 		}
@@ -343,7 +345,7 @@ func (c *Consumer) finish(ctx context.Context, span trace.Span, ev *event, err e
 		span.SetAttributes(attribute.String("bridge.dlq_reason", ev.badReason))
 		span.SetStatus(codes.Error, "dead-lettered: "+ev.badReason)
 		c.stats.deadLettered.Add(1)
-		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+DeadLetterSuffix)
+		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+contract.DeadLetterSuffix)
 	case ev.duplicate:
 		span.SetAttributes(attribute.Bool("bridge.duplicate", true))
 		c.stats.duplicates.Add(1)
@@ -369,12 +371,12 @@ func (c *Consumer) deadLetter(ctx context.Context, evs []*event, ctxs []context.
 		hs := make([]kgo.RecordHeader, 0, len(r.Headers)+4)
 		hs = append(hs, r.Headers...)
 		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(ev.badReason)},
-			kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+			kgo.RecordHeader{Key: contract.HeaderDLQReason, Value: []byte(ev.badReason)},
+			kgo.RecordHeader{Key: contract.HeaderDLQTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: contract.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: contract.HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		)
-		recs = append(recs, &kgo.Record{Topic: r.Topic + DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+		recs = append(recs, &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
 		which = append(which, ev)
 	}
 	if len(recs) == 0 {
@@ -395,33 +397,13 @@ func (c *Consumer) deadLetter(ctx context.Context, evs []*event, ctxs []context.
 // Every failure here is one the batch must wait out (PostgreSQL or the broker
 // unreachable): skipping would lose records.
 func (c *Consumer) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	backoff := c.cfg.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		err := fn(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		c.logger.WarnContext(ctx, what+" failed; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		backoff = min(2*backoff, c.cfg.RetryBackoffMax)
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return service.Retry(ctx, service.Wait{
+		Name:    what,
+		Backoff: service.Backoff{Base: c.cfg.RetryBackoff, Max: c.cfg.RetryBackoffMax},
+		// An outage of minutes is a few lines per kind of failure.
+		LogEvery: 10 * time.Second,
+		Logger:   c.logger,
+	}, fn)
 }
 
 // Close leaves the group and closes the Kafka clients. Run calls it on

@@ -28,11 +28,18 @@ type PartitionLag struct {
 // DescribeGroups, OffsetFetch and ListOffsets round), so call it at scrape
 // time, not per record. It needs the client open: while Run is running.
 func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
-	lags, err := kadm.NewClient(c.client).Lag(ctx, c.cfg.Group)
+	return GroupLag(ctx, kadm.NewClient(c.client), c.cfg.Group)
+}
+
+// GroupLag is Lag for any group, through any admin client: a process that
+// does not consume (the console of `bridge deliver`) can still show the
+// consumers' lag.
+func GroupLag(ctx context.Context, adm *kadm.Client, group string) ([]PartitionLag, error) {
+	lags, err := adm.Lag(ctx, group)
 	if err != nil {
 		return nil, fmt.Errorf("consumer group lag: %w", err)
 	}
-	gl, ok := lags[c.cfg.Group]
+	gl, ok := lags[group]
 	if !ok {
 		return nil, nil
 	}

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -13,9 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) {
 }
 
 // testBundle is one test's world: its own database, a fresh topic on the
-// real broker, a group name nobody else uses, and a producer.
+// backend's cluster (kfake or the real broker: every suite test runs on
+// both), a group name nobody else uses, and a producer.
 type testBundle struct {
 	db       *pgtest.DB
 	brokers  []string
@@ -32,10 +34,10 @@ type testBundle struct {
 	producer *kgo.Client
 }
 
-func setup(t testing.TB, partitions int32) *testBundle {
+func setup(t testing.TB, be kafkatest.Backend, partitions int32) *testBundle {
 	t.Helper()
 	db := pgtest.New(t)
-	brokers := kafkatest.RealBrokers(t)
+	brokers := be.Brokers(t)
 	topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -119,10 +121,10 @@ func (b *testBundle) record(asset, eventType string, assetSeq int64, payload str
 		Key:   []byte(asset),
 		Value: []byte(payload),
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderDedupID, Value: []byte(uuid.NewString())},
-			{Key: HeaderEventType, Value: []byte(eventType)},
-			{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(assetSeq, 10))},
-			{Key: HeaderContentType, Value: []byte("application/json")},
+			{Key: contract.HeaderDedupID, Value: []byte(uuid.NewString())},
+			{Key: contract.HeaderEventType, Value: []byte(eventType)},
+			{Key: contract.HeaderAssetSeq, Value: []byte(strconv.FormatInt(assetSeq, 10))},
+			{Key: contract.HeaderContentType, Value: []byte("application/json")},
 		},
 	}
 }
@@ -173,23 +175,6 @@ func header(r *kgo.Record, key string) (string, bool) {
 	return "", false
 }
 
-// waitFor polls cond until it holds or timeout passes; cond describes the
-// state it saw, for the failure message.
-func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", timeout, state)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (b *testBundle) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -207,12 +192,12 @@ func (b *testBundle) deliveries(t testing.TB) int {
 // waitDeliveries waits until exactly want deliveries exist (failing on more).
 func (b *testBundle) waitDeliveries(t testing.TB, want int, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, func() (bool, string) {
+	testkit.Eventually(t, timeout, func() string {
 		n := b.deliveries(t)
 		if n > want {
 			t.Fatalf("%d deliveries, want %d", n, want)
 		}
-		return n == want, fmt.Sprintf("%d of %d deliveries", n, want)
+		return testkit.Unless(n == want, "%d of %d deliveries", n, want)
 	})
 }
 

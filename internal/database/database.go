@@ -33,9 +33,9 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // connection works, so a wrong DATABASE_URL fails the command at start with a
 // clear message instead of at the first query.
 func Connect(ctx context.Context, cfg config.Database) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	pcfg, err := cfg.PoolConfig()
 	if err != nil {
-		return nil, &config.Error{Var: "DATABASE_URL", Value: config.RedactURL(cfg.URL), Problem: "cannot be parsed: " + redactParseError(err)}
+		return nil, err
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.ConnectTimeout {
@@ -92,18 +92,6 @@ func (j joinedOneLine) Error() string {
 }
 
 func (j joinedOneLine) Unwrap() []error { return j }
-
-func redactParseError(err error) string {
-	// pgconn's parse errors quote the DSN; do not echo it back.
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		if u := errors.Unwrap(pe); u != nil {
-			return u.Error()
-		}
-		return "invalid connection string"
-	}
-	return err.Error()
-}
 
 // QueryTimeout bounds one maintenance or bookkeeping query, so a stuck
 // statement cannot stall a service loop forever.

@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // Defaults of the command's flags: about ten seconds of workload, which a
@@ -46,7 +46,7 @@ type Env struct {
 	// Pool is the pipeline's database pool; the workload enqueues through it.
 	Pool *pgxpool.Pool
 	// Subscriptions creates (and at the end removes) the run's subscription.
-	Subscriptions *webhook.SubscriptionStore
+	Subscriptions *store.SubscriptionStore
 	// Pipeline runs relay + consume + deliver until its context ends and
 	// returns nil after a clean shutdown: the wiring of `bridge run`.
 	Pipeline func(ctx context.Context) error
@@ -183,7 +183,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 	}
 	url := "http://" + ln.Addr().String() + "/webhooks"
 	topic := env.Topic
-	sub, err := env.Subscriptions.Create(ctx, webhook.SubscriptionInput{
+	sub, err := env.Subscriptions.Create(ctx, store.SubscriptionInput{
 		URL:         &url,
 		EventTypes:  []string{"*"},
 		Topic:       &topic,
@@ -287,13 +287,14 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		p := Progress{}
 		qctx, cancel := context.WithTimeout(rctx, database.QueryTimeout)
 		defer cancel()
-		var sent, failed, delivered, dead int64
+		var sent, failed, dead int64
 		if err := env.Pool.QueryRow(qctx, outboxCountsSQL, topic).Scan(&sent, &failed); err == nil {
 			p.Relayed, p.Failed = int(sent), int(failed)
 		} else {
 			p.Relayed, p.Failed = last.Relayed, last.Failed
 		}
-		if err := env.Pool.QueryRow(qctx, deliveryCountsSQL, sub.ID).Scan(&delivered, &dead); err == nil {
+		var err error
+		if _, dead, err = store.SubscriptionOutcomes(qctx, env.Pool, sub.ID); err == nil {
 			p.Dead = int(dead)
 		} else {
 			p.Dead = last.Dead

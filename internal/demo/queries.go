@@ -2,7 +2,8 @@ package demo
 
 // Every statement the demo runs itself (the pipeline's own live in its
 // packages). They are read-only: the demo writes only through outbox.Enqueue
-// and the subscription store.
+// and the subscription store, and reads its deliveries through the delivery
+// store.
 
 // outboxCountsSQL: this run's rows the relay has sent and parked. A run has
 // a topic of its own, so the topic filter is the run filter.
@@ -11,14 +12,6 @@ SELECT count(*) FILTER (WHERE status = 'SENT'),
        count(*) FILTER (WHERE status = 'FAILED')
   FROM bridge.outbox
  WHERE topic = $1`
-
-// deliveryCountsSQL: this run's deliveries by final state (the run has a
-// subscription of its own).
-const deliveryCountsSQL = `
-SELECT count(*) FILTER (WHERE status = 'delivered'),
-       count(*) FILTER (WHERE status = 'dead')
-  FROM bridge.deliveries
- WHERE subscription_id = $1`
 
 // foreignNewRowsSQL counts rows waiting to be relayed that do not belong to a
 // demo. The demo's relay claims every NEW row of the database, whatever its

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // DefaultBrokers is where scripts/services-up.sh starts Kafka.
@@ -40,7 +40,7 @@ func RealBrokers(t testing.TB) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
-		pgtest.Unavailable(t, "Apache Kafka at "+raw, "`make services` (scripts/services-up.sh)", err)
+		testkit.Unavailable(t, "Apache Kafka at "+raw, "`make services` (scripts/services-up.sh)", err)
 	}
 	return brokers
 }
@@ -150,4 +150,45 @@ func ConsumeAll(t testing.TB, brokers []string, topic string, want int, timeout 
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// Backend is one Kafka implementation a suite runs against. Run a suite over
+// every backend with RunBackends, so one set of tests proves behaviour
+// against kfake (in process, fresh per test) and the real Apache Kafka
+// broker (wire compatibility, the broker's own group coordinator), the way
+// Watermill's pubsub/tests runs one suite over every Pub/Sub.
+type Backend struct {
+	// Name is the subtest name: "kfake" or "kafka".
+	Name string
+	// Brokers returns seed brokers for t: a new kfake cluster for each call
+	// (closed when t ends), or the real broker (RealBrokers: fails under
+	// CI=true, skips elsewhere, when it does not answer).
+	Brokers func(t testing.TB) []string
+	// Fake is true for kfake; a test that needs the real broker's behaviour
+	// (or kfake's fault injection) can branch on it, and says why.
+	Fake bool
+}
+
+// FakeBackend is kfake: a new in-process cluster for each Brokers call.
+func FakeBackend() Backend {
+	return Backend{Name: "kfake", Fake: true, Brokers: func(t testing.TB) []string { return Fake(t).ListenAddrs() }}
+}
+
+// RealBackend is the Apache Kafka broker of KAFKA_BROKERS (benchmarks, and
+// tests of what only the real group coordinator does).
+func RealBackend() Backend { return Backend{Name: "kafka", Brokers: RealBrokers} }
+
+// Backends lists the backends: kfake, then the real broker.
+func Backends() []Backend { return []Backend{FakeBackend(), RealBackend()} }
+
+// RunBackends runs suite once per backend, each as a subtest named by the
+// backend (TestX/kfake, TestX/kafka), in parallel with each other.
+func RunBackends(t *testing.T, suite func(t *testing.T, b Backend)) {
+	t.Helper()
+	for _, b := range Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			suite(t, b)
+		})
+	}
 }

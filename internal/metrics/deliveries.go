@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -82,44 +85,23 @@ func readDeliveryStats(ctx context.Context, pool *pgxpool.Pool) (deliveryStats, 
 		byStatus:             map[string]int64{"pending": 0, "delivering": 0, "delivered": 0, "dead": 0},
 		oldestBySubscription: map[string]float64{},
 	}
-	rows, err := pool.Query(ctx, deliveriesByStatusSQL)
+	byStatus, err := store.CountByStatus(ctx, pool)
 	if err != nil {
-		return st, fmt.Errorf("count deliveries: %w", err)
+		return st, err
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("count deliveries: %w", err)
-		}
-		st.byStatus[s] = n
+	maps.Copy(st.byStatus, byStatus)
+	if st.enabled, st.disabled, err = store.CountSubscriptions(ctx, pool); err != nil {
+		return st, err
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("count deliveries: %w", err)
-	}
-	if err := pool.QueryRow(ctx, subscriptionsByStateSQL).Scan(&st.enabled, &st.disabled); err != nil {
-		return st, fmt.Errorf("count subscriptions: %w", err)
-	}
-	rows, err = pool.Query(ctx, oldestOpenDeliverySQL)
+	oldest, err := store.OldestOpen(ctx, pool)
 	if err != nil {
-		return st, fmt.Errorf("oldest open delivery: %w", err)
+		return st, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var age *float64
-		if err := rows.Scan(&id, &age); err != nil {
-			return st, fmt.Errorf("oldest open delivery: %w", err)
-		}
+	for id, age := range oldest {
 		st.oldestBySubscription[id] = 0
 		if age != nil {
 			st.oldestBySubscription[id] = max(*age, 0)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("oldest open delivery: %w", err)
 	}
 	return st, nil
 }

@@ -52,6 +52,7 @@ type Metrics struct {
 
 	relay    relayInstruments
 	delivery deliveryInstruments
+	admin    adminInstruments
 }
 
 // Latency buckets in seconds: from a few milliseconds (a healthy relay wakes
@@ -106,7 +107,7 @@ func New(opts Options) (*Metrics, error) {
 		metric.WithDescription("Failed reads of a database- or Kafka-backed gauge (the last good value is still served)."),
 		metric.WithUnit("{error}"))
 	errs = append(errs, err)
-	errs = append(errs, m.relay.init(m.meter), m.delivery.init(m.meter))
+	errs = append(errs, m.relay.init(m.meter), m.delivery.init(m.meter), m.admin.init(m.meter))
 	for _, err := range errs {
 		if err != nil {
 			provider.Shutdown(context.Background()) //nolint:errcheck

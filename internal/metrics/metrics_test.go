@@ -296,3 +296,14 @@ VALUES ($1, gen_random_uuid()::text, 'asset.created', 'assets', 'a1', '{}', now(
 		t.Error("a disabled subscription with nothing open is exported")
 	}
 }
+
+// bridge_admin_auth_failures_total is exported at zero before the first
+// rejection (an increase() alert sees the first one) and counts each.
+func TestAdminAuthFailures(t *testing.T) {
+	t.Parallel()
+	m := newMetrics(t, 0)
+	want(t, metricstest.Scrape(t, m.Handler()), "bridge_admin_auth_failures_total", nil, 0)
+	m.Admin().AuthFailure()
+	m.Admin().AuthFailure()
+	want(t, metricstest.Scrape(t, m.Handler()), "bridge_admin_auth_failures_total", nil, 2)
+}

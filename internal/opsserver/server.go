@@ -60,6 +60,12 @@ type Config struct {
 	CacheFor time.Duration
 	// Logger reports serve errors and Readiness changes. Default discards.
 	Logger *slog.Logger
+	// ShowDetails says whether a /readyz request may see the failing
+	// checks' error text (the admin token: adminapi.Authorizes). A check's
+	// error names the database user, database, hosts and ports, which
+	// anyone who can reach the port would otherwise read. nil: nobody;
+	// the body names the failing check and the log has the error.
+	ShowDetails func(*http.Request) bool
 }
 
 // Server is the ops HTTP server.
@@ -184,6 +190,17 @@ type Readiness struct {
 	Checks []CheckResult `json:"checks"`
 }
 
+// withoutDetails is r with the checks' error text removed (a copy: r may
+// be the cached result).
+func (r Readiness) withoutDetails() Readiness {
+	checks := make([]CheckResult, len(r.Checks))
+	for i, c := range r.Checks {
+		checks[i] = CheckResult{Name: c.Name, OK: c.OK}
+	}
+	r.Checks = checks
+	return r
+}
+
 // OK reports whether every check passed.
 func (r Readiness) OK() bool { return r.Status == "ready" }
 
@@ -228,6 +245,9 @@ func (s *Server) Ready(ctx context.Context) Readiness {
 
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	res := s.Ready(r.Context())
+	if s.cfg.ShowDetails == nil || !s.cfg.ShowDetails(r) {
+		res = res.withoutDetails()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if !res.OK() {

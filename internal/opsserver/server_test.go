@@ -96,7 +96,8 @@ func TestReadyzFailingCheck(t *testing.T) {
 	var kafkaDown atomic.Bool
 	kafkaDown.Store(true)
 	_, base := start(t, Config{
-		CacheFor: -1,
+		CacheFor:    -1,
+		ShowDetails: func(*http.Request) bool { return true },
 		Checks: []Check{
 			{Name: "postgres", Run: func(context.Context) error { return nil }},
 			KafkaCheck(func(context.Context) error {
@@ -120,12 +121,58 @@ func TestReadyzFailingCheck(t *testing.T) {
 	}
 }
 
+// Without the admin token /readyz says ready or not and which check fails,
+// never the check's error text (it names the database user and database);
+// with it, the text too. The cached result keeps its details for the next
+// authorized caller.
+func TestReadyzDetailsOnlyForAuthorized(t *testing.T) {
+	t.Parallel()
+	const detail = `failed to connect to user=bridge database=bridge: password authentication failed`
+	_, base := start(t, Config{
+		ShowDetails: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer admin" },
+		Checks: []Check{
+			{Name: "postgres", Run: func(context.Context) error { return errors.New(detail) }},
+			{Name: "kafka", Run: func(context.Context) error { return nil }},
+		},
+	})
+	get := func(auth string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/readyz", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, auth := range []string{"", "Bearer wrong"} {
+		code, body := get(auth)
+		var r Readiness
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			t.Fatal(err)
+		}
+		if code != 503 || r.Status != "not ready" || len(r.Checks) != 2 || r.Checks[0].Name != "postgres" || r.Checks[0].OK || !r.Checks[1].OK {
+			t.Errorf("/readyz (auth %q) = %d %s", auth, code, body)
+		}
+		if strings.Contains(body, "password") || strings.Contains(body, "user=") || strings.Contains(body, `"error"`) {
+			t.Errorf("/readyz (auth %q) shows the check's error: %s", auth, body)
+		}
+	}
+	if code, body := get("Bearer admin"); code != 503 || !strings.Contains(body, detail) {
+		t.Errorf("/readyz with the token = %d %s, want the error text", code, body)
+	}
+}
+
 // A check that hangs is cut off at the check timeout: the probe answers 503
 // in time instead of hanging with it.
 func TestReadyzCheckTimeout(t *testing.T) {
 	t.Parallel()
 	_, base := start(t, Config{
 		CheckTimeout: 100 * time.Millisecond,
+		ShowDetails:  func(*http.Request) bool { return true },
 		Checks: []Check{{Name: "slow", Run: func(ctx context.Context) error {
 			<-ctx.Done()
 			return ctx.Err()
@@ -170,7 +217,8 @@ func TestReadyzSchema(t *testing.T) {
 	}{{"behind", behind, 503}, {"current", current, 200}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, base := start(t, Config{Checks: []Check{PostgresCheck(tc.db.Pool), SchemaCheck(tc.db.Pool)}})
+			_, base := start(t, Config{Checks: []Check{PostgresCheck(tc.db.Pool), SchemaCheck(tc.db.Pool)},
+				ShowDetails: func(*http.Request) bool { return true }})
 			code, r := readyz(t, base)
 			if code != tc.want {
 				t.Fatalf("/readyz = %d %+v, want %d", code, r, tc.want)

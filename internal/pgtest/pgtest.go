@@ -26,6 +26,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/migrations"
 )
 
@@ -39,18 +40,6 @@ func AdminURL() string {
 		return u
 	}
 	return DefaultURL
-}
-
-// Unavailable fails the test under CI=true (a missing service must never turn
-// into a green run) and skips it otherwise, naming the service and how to
-// start it.
-func Unavailable(t testing.TB, service, how string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("%s is not reachable (%v); start it with %s", service, err, how)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (skipping because CI is not true)")
 }
 
 var counter atomic.Int64
@@ -71,7 +60,7 @@ func New(t testing.TB) *DB {
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
-		Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
+		testkit.Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
 	}
 	defer admin.Close(context.Background())
 	tpl, err := ensureTemplate(ctx, admin)
@@ -122,7 +111,7 @@ func Empty(t testing.TB) *DB {
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
-		Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
+		testkit.Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
 	}
 	defer admin.Close(context.Background())
 	name := fmt.Sprintf("bt_empty_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -288,7 +288,12 @@ func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, si
 		var firstErr atomic.Value
 		wg.Add(k)
 		for i := range k {
-			client.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "ceiling-%d", (sent+i)%1000), Value: value}, func(_ *kgo.Record, err error) {
+			// The relay's own record shape (headers included), so the ceiling
+			// is what the broker takes of the records the relay sends.
+			asset := fmt.Sprintf("ceiling-%d", (sent+i)%1000)
+			rec := contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset,
+				AssetSeq: int64(sent + i + 1), EventType: "bench.ceiling", Payload: value})
+			client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 				}
@@ -353,15 +358,8 @@ func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want in
 			return read, len(bad), fmt.Errorf("read back %d of %d records: %w", read, want, deadline.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			var id, seq string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case "dedup-id":
-					id = string(h.Value)
-				case "asset-seq":
-					seq = string(h.Value)
-				}
-			}
+			m, err := contract.Decode(r)
+			id := m.DedupID
 			if seen[id] {
 				return
 			}
@@ -370,7 +368,10 @@ func verifyOrder(ctx context.Context, kafkaOpts []kgo.Opt, topic string, want in
 			// Keys may not start at asset-seq 1 (earlier events of the asset),
 			// but from the first one seen each must follow its predecessor.
 			k := string(r.Key)
-			n, _ := strconv.ParseInt(seq, 10, 64)
+			var n int64
+			if err == nil && m.AssetSeq != nil {
+				n = *m.AssetSeq
+			}
 			if exp, ok := next[k]; ok && n != exp {
 				bad[k] = true
 			}

@@ -13,7 +13,7 @@
 // retry holds back the later rows of its own asset and nothing else (the
 // claim's per-asset hold).
 //
-// Failures (HARD-PARTS 4). A failed send is classified: retriable errors
+// Failures (docs/failure-modes.md §4). A failed send is classified: retriable errors
 // charge the row an attempt and schedule a retry with exponential backoff;
 // after MaxAttempts the row is parked as FAILED and the relay continues past
 // it (the seed's loop `break`-ed forever). Errors retrying cannot fix park at

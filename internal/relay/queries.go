@@ -50,7 +50,7 @@ WHERE owner = $1 AND lane = ANY($2::int[])`
 // order. No row lock is needed: a lane has one owner, and only the owner's
 // single relay loop claims from it.
 //
-// The first NOT EXISTS is the per-asset hold (HARD-PARTS 3): asset X's row 5
+// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5
 // failed and waits for its retry; without the hold, the next claim would hand
 // out X's row 6 and Kafka would see 6 before 5. A row whose earlier sibling
 // waits is skipped; rows of every other asset still flow. A FAILED row is not
@@ -234,3 +234,57 @@ WITH c AS (
 UPDATE bridge.outbox o
 SET status = 'SENT', sent_at = now(), kafka_partition = 0, kafka_offset = 0
 FROM c WHERE o.id = c.id`
+
+// Console queries (inspect.go) ------------------------------------------------
+
+// failedMatchingWhere is the one definition of FailedFilter ($1 topic, $2
+// asset, $3 event type, $4 error substring, $5/$6 failed_at range; empty and
+// NULL match everything). The error text is matched with strpos, not LIKE:
+// an operator pasting an error containing % or _ means those characters.
+const failedMatchingWhere = `
+status = 'FAILED'
+  AND ($1 = '' OR topic = $1)
+  AND ($2 = '' OR coalesce(asset_id, '') = $2)
+  AND ($3 = '' OR event_type = $3)
+  AND ($4 = '' OR strpos(lower(coalesce(last_error, '')), lower($4)) > 0)
+  AND ($5::timestamptz IS NULL OR failed_at >= $5)
+  AND ($6::timestamptz IS NULL OR failed_at < $6)`
+
+const listFailedMatchingSQL = `
+SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, ''), created_at, failed_at
+FROM bridge.outbox
+WHERE` + failedMatchingWhere + `
+  AND seq > $8
+ORDER BY seq
+LIMIT $7`
+
+const countFailedMatchingSQL = `SELECT count(*) FROM bridge.outbox WHERE` + failedMatchingWhere
+
+const replayMatchingSQL = `
+UPDATE bridge.outbox
+SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+WHERE` + failedMatchingWhere
+
+const getRowSQL = `
+SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, ''), created_at, failed_at,
+       CASE WHEN $2 THEN payload::text END, status, headers, coalesce(traceparent, ''),
+       sent_at, replayed_at, kafka_partition, kafka_offset
+FROM bridge.outbox WHERE id = $1`
+
+const topicStatsSQL = `
+SELECT topic,
+       count(*) FILTER (WHERE status = 'NEW'),
+       count(*) FILTER (WHERE status = 'SENT'),
+       count(*) FILTER (WHERE status = 'FAILED'),
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'NEW')), 0)::float8
+FROM bridge.outbox
+GROUP BY topic
+ORDER BY topic`
+
+// throughputSQL reads the window's SENT rows on outbox_sent_at.
+const throughputSQL = `
+SELECT count(*),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0)::float8,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0)::float8
+FROM bridge.outbox
+WHERE status = 'SENT' AND sent_at > now() - $1::interval`

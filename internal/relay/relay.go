@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
@@ -129,7 +129,7 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Bound each attempt: franz-go retries retriable errors forever by
 		// default, and a send that never returns can never be counted
-		// (HARD-PARTS 4).
+		// (docs/failure-modes.md §4).
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
 		// Without this, franz-go refuses to fail a record already in flight
 		// (it cannot tell "never received" from "written, reply lost") and
@@ -599,7 +599,7 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 		}
 	}
 
-	// Outage or poison (HARD-PARTS 4)? When nothing in the batch got through,
+	// Outage or poison (docs/failure-modes.md §4)? When nothing in the batch got through,
 	// ask whether any broker answers at all. If none does, this is an outage:
 	// charge nothing, back off, probe, resume.
 	if len(s.sent) == 0 && len(failed) > 0 && allRetriable(results, failed) {
@@ -772,48 +772,17 @@ func allRetriable(results []sendResult, idx []int) bool {
 	return true
 }
 
-var reservedHeaders = map[string]bool{
-	"dedup-id": true, "trace-id": true, "traceparent": true, "tracestate": true,
-	"event-type": true, "asset-seq": true, "content-type": true,
-}
-
-// record builds the Kafka record for w (PRODUCT.md "Kafka record") under the
-// span context in ctx.
+// record builds the Kafka record for w (docs/contract.md, "Kafka record")
+// under the span context in ctx, which it carries into the producer's hooks.
 func record(ctx context.Context, w *row) *kgo.Record {
-	key := []byte{} // the null asset: empty, non-nil, hashed like any key
-	if w.assetID != nil {
-		key = []byte(*w.assetID)
-	}
-	hs := make([]kgo.RecordHeader, 0, 7+len(w.headers))
-	hs = append(hs, kgo.RecordHeader{Key: "dedup-id", Value: []byte(w.id.String())})
 	tp, ts := tracing.Traceparent(ctx)
-	if id := tracing.TraceID(ctx); id != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "trace-id", Value: []byte(id)})
-	}
-	if tp != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "traceparent", Value: []byte(tp)})
-	}
-	if ts != "" {
-		hs = append(hs, kgo.RecordHeader{Key: "tracestate", Value: []byte(ts)})
-	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: "event-type", Value: []byte(w.eventType)},
-		kgo.RecordHeader{Key: "asset-seq", Value: []byte(strconv.FormatInt(w.assetSeq, 10))},
-		kgo.RecordHeader{Key: "content-type", Value: []byte("application/json")},
-	)
-	// The row's own headers follow, in a stable order; they cannot shadow
-	// the bridge's (a consumer reading "the" dedup-id must get ours).
-	keys := make([]string, 0, len(w.headers))
-	for k := range w.headers {
-		if !reservedHeaders[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(w.headers[k])})
-	}
-	return &kgo.Record{Topic: w.topic, Key: key, Value: []byte(w.payload), Headers: hs, Context: ctx}
+	rec := contract.Encode(contract.Event{
+		DedupID: w.id.String(), Topic: w.topic, AssetID: w.assetID, AssetSeq: w.assetSeq,
+		EventType: w.eventType, Payload: []byte(w.payload), Headers: w.headers,
+		TraceID: tracing.TraceID(ctx), Traceparent: tp, Tracestate: ts,
+	})
+	rec.Context = ctx
+	return rec
 }
 
 // startSpan starts the PRODUCER span of one row, parented on the trace

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
-	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -34,7 +34,7 @@ func jaeger(t *testing.T) (otlp, query string) {
 	how := "`make services` (scripts/services-up.sh)"
 	conn, err := net.DialTimeout("tcp", otlp, 3*time.Second)
 	if err != nil {
-		pgtest.Unavailable(t, "Jaeger OTLP/HTTP at "+otlp, how, err)
+		testkit.Unavailable(t, "Jaeger OTLP/HTTP at "+otlp, how, err)
 	}
 	conn.Close()
 	c := http.Client{Timeout: 5 * time.Second}
@@ -46,7 +46,7 @@ func jaeger(t *testing.T) (otlp, query string) {
 		}
 	}
 	if err != nil {
-		pgtest.Unavailable(t, "Jaeger query at "+query, how, err)
+		testkit.Unavailable(t, "Jaeger query at "+query, how, err)
 	}
 	return otlp, query
 }

@@ -20,11 +20,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -69,9 +70,9 @@ func newPipeline(t *testing.T, pc pipelineConfig) *pipeline {
 	}
 	srv := httptest.NewServer(p.recv)
 	t.Cleanup(srv.Close)
-	store := webhook.NewSubscriptionStore(p.db.Pool, true, 0)
+	subs := store.NewSubscriptionStore(p.db.Pool, true, 0)
 	url := srv.URL + "/hook"
-	sub, err := store.Create(context.Background(), webhook.SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
+	sub, err := subs.Create(context.Background(), store.SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
 	if err != nil {
 		t.Fatalf("create subscription: %v", err)
 	}
@@ -140,7 +141,7 @@ func (p *pipeline) startConsumerAndDeliverer() {
 	if err != nil {
 		p.t.Fatalf("consumer.New: %v", err)
 	}
-	var hook webhook.Metrics
+	var hook delivery.Metrics
 	if p.metrics != nil {
 		hook = p.metrics.Deliveries()
 		for _, observe := range []func() (func() error, error){
@@ -155,7 +156,7 @@ func (p *pipeline) startConsumerAndDeliverer() {
 			p.t.Cleanup(func() { _ = unregister() })
 		}
 	}
-	d, err := webhook.NewDeliverer(p.db.Pool, webhook.Config{
+	d, err := delivery.NewDeliverer(p.db.Pool, delivery.Config{
 		Metrics:        hook,
 		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
 		PollInterval:   50 * time.Millisecond,
@@ -165,7 +166,7 @@ func (p *pipeline) startConsumerAndDeliverer() {
 		Timeout:        5 * time.Second,
 	})
 	if err != nil {
-		p.t.Fatalf("webhook.NewDeliverer: %v", err)
+		p.t.Fatalf("delivery.NewDeliverer: %v", err)
 	}
 	p.wg.Go(func() {
 		if err := c.Run(p.ctx); err != nil {

@@ -1,0 +1,181 @@
+package judge
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// clean builds evidence of a perfect run: 3 assets plus the null asset, 4
+// events each, two subscriptions, every request signed and answered 204 in
+// stream order, one at a time.
+func clean(t *testing.T) Evidence {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := Evidence{
+		Subscriptions: []Subscription{{Name: "a", Secret: secret}, {Name: "b", Secret: secret}},
+		RolledBack:    []string{"rolled-back-1"},
+		Kafka:         []KafkaRecord{},
+		Outbox:        []OutboxRow{},
+		Deliveries:    []Delivery{},
+	}
+	assets := []*string{ptr("x"), ptr("y"), ptr("z"), nil}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	n := 0
+	for ai, a := range assets {
+		for seq := int64(1); seq <= 4; seq++ {
+			n++
+			id := fmt.Sprintf("ev-%02d", n)
+			ev.Committed = append(ev.Committed, Committed{ID: id, AssetID: a, AssetSeq: seq})
+			key := ""
+			if a != nil {
+				key = *a
+			}
+			ev.Kafka = append(ev.Kafka, KafkaRecord{Partition: int32(ai % 2), Offset: int64(n), Key: key, DedupID: id, AssetSeq: seq, ProducerID: 7})
+			ev.Outbox = append(ev.Outbox, OutboxRow{ID: id, Status: "SENT"})
+			body, _ := json.Marshal(map[string]any{"id": id, "type": "t", "asset_id": a, "asset_seq": seq, "data": map[string]int{"n": n}})
+			for _, s := range ev.Subscriptions {
+				ts := clock
+				sig, err := wh.Sign(id, ts, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev.Receipts = append(ev.Receipts, Receipt{
+					Subscription: s.Name, WebhookID: id, Timestamp: strconv.FormatInt(ts.Unix(), 10), Signature: sig,
+					Body: body, Start: clock, End: clock.Add(5 * time.Millisecond), Status: 204,
+				})
+				ev.Deliveries = append(ev.Deliveries, Delivery{Subscription: s.Name, EventID: id, Status: "delivered"})
+				clock = clock.Add(10 * time.Millisecond)
+			}
+		}
+	}
+	return ev
+}
+
+func ptr(s string) *string { return &s }
+
+func TestCleanEvidencePasses(t *testing.T) {
+	v := Judge(clean(t))
+	if v.Broken() {
+		t.Fatalf("clean run judged broken: %s", v.Summary())
+	}
+	if v.Committed != 16 || v.Receipts != 32 {
+		t.Fatalf("counts: %s", v)
+	}
+}
+
+// find returns the index of the receipt of event id to subscription sub.
+func find(t *testing.T, ev Evidence, sub, id string) int {
+	t.Helper()
+	for i, r := range ev.Receipts {
+		if r.Subscription == sub && r.WebhookID == id {
+			return i
+		}
+	}
+	t.Fatalf("no receipt %s/%s", sub, id)
+	return -1
+}
+
+// The judge must catch each kind of doctored evidence.
+func TestDoctoredEvidenceIsCaught(t *testing.T) {
+	cases := []struct {
+		name   string
+		doctor func(t *testing.T, ev *Evidence)
+		count  func(v Verdict) int
+	}{
+		{"a dropped success", func(t *testing.T, ev *Evidence) {
+			i := find(t, *ev, "a", "ev-03")
+			ev.Receipts = append(ev.Receipts[:i], ev.Receipts[i+1:]...)
+		}, func(v Verdict) int { return v.Lost }},
+		{"a success answered 500 instead", func(t *testing.T, ev *Evidence) {
+			ev.Receipts[find(t, *ev, "b", "ev-07")].Status = 500
+		}, func(v Verdict) int { return v.Lost }},
+		{"two successes of one stream swapped", func(t *testing.T, ev *Evidence) {
+			i, j := find(t, *ev, "a", "ev-02"), find(t, *ev, "a", "ev-03")
+			// Swap what was sent, keep when: ev-03 now arrived first.
+			ri, rj := ev.Receipts[i], ev.Receipts[j]
+			ri.Start, rj.Start = rj.Start, ri.Start
+			ri.End, rj.End = rj.End, ri.End
+			ev.Receipts[i], ev.Receipts[j] = ri, rj
+		}, func(v Verdict) int { return v.OrderViolations }},
+		{"overlapping requests of one stream", func(t *testing.T, ev *Evidence) {
+			i, j := find(t, *ev, "b", "ev-13"), find(t, *ev, "b", "ev-14") // the null-asset stream
+			ev.Receipts[i].End = ev.Receipts[j].Start.Add(time.Millisecond)
+		}, func(v Verdict) int { return v.TwoInFlight }},
+		{"a bad signature", func(t *testing.T, ev *Evidence) {
+			r := &ev.Receipts[find(t, *ev, "a", "ev-09")]
+			sig := []byte(r.Signature)
+			sig[len(sig)-2] ^= 1
+			r.Signature = string(sig)
+		}, func(v Verdict) int { return v.BadSignatures }},
+		{"a body altered after signing", func(t *testing.T, ev *Evidence) {
+			r := &ev.Receipts[find(t, *ev, "a", "ev-10")]
+			r.Body = []byte(string(r.Body[:len(r.Body)-2]) + "9}")
+		}, func(v Verdict) int { return v.BadSignatures }},
+		{"a rolled-back event delivered", func(t *testing.T, ev *Evidence) {
+			ev.Outbox = append(ev.Outbox, OutboxRow{ID: "rolled-back-1", Status: "SENT"})
+		}, func(v Verdict) int { return v.RolledBackPublished }},
+		{"a rolled-back event in the topic", func(t *testing.T, ev *Evidence) {
+			ev.Kafka = append(ev.Kafka, KafkaRecord{Partition: 0, Offset: 99, Key: "x", DedupID: "rolled-back-1", AssetSeq: 9, ProducerID: 7})
+		}, func(v Verdict) int { return v.RolledBackPublished }},
+		{"one event delivered as two deliveries", func(t *testing.T, ev *Evidence) {
+			ev.Deliveries = append(ev.Deliveries, Delivery{Subscription: "a", EventID: "ev-05", Status: "delivered"})
+		}, func(v Verdict) int { return v.Duplicates }},
+		{"a duplicate within one producer session", func(t *testing.T, ev *Evidence) {
+			r := ev.Kafka[1]
+			r.Offset = 1000
+			ev.Kafka = append(ev.Kafka, r)
+		}, func(v Verdict) int { return v.Duplicates }},
+		{"a key reordered in the topic", func(t *testing.T, ev *Evidence) {
+			ev.Kafka[0].Offset, ev.Kafka[1].Offset = ev.Kafka[1].Offset, ev.Kafka[0].Offset
+		}, func(v Verdict) int { return v.OrderViolations }},
+		{"an event missing from the topic", func(t *testing.T, ev *Evidence) {
+			ev.Kafka = ev.Kafka[1:]
+		}, func(v Verdict) int { return v.LostInKafka }},
+		{"a FAILED outbox row", func(t *testing.T, ev *Evidence) {
+			ev.Outbox[4].Status = "FAILED"
+		}, func(v Verdict) int { return v.Failed }},
+		{"a dead delivery", func(t *testing.T, ev *Evidence) {
+			ev.Deliveries[6].Status = "dead"
+		}, func(v Verdict) int { return v.Dead }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := clean(t)
+			tc.doctor(t, &ev)
+			v := Judge(ev)
+			if tc.count(v) == 0 || !v.Broken() {
+				t.Fatalf("not caught: %s", v.Summary())
+			}
+			t.Logf("caught: %s", v.Summary())
+		})
+	}
+}
+
+// A redelivery after a crash (same webhook-id, same signed body) is at least
+// once, not a duplicate; a copy of an event from a second producer session
+// (a relay that died before marking) is not either.
+func TestAllowedRepeats(t *testing.T) {
+	ev := clean(t)
+	i := find(t, ev, "a", "ev-04")
+	again := ev.Receipts[i]
+	again.Start = again.End.Add(time.Millisecond)
+	again.End = again.Start.Add(time.Millisecond)
+	ev.Receipts = append(ev.Receipts, again)
+	r := ev.Kafka[2]
+	r.Offset, r.ProducerID = 500, 8
+	ev.Kafka = append(ev.Kafka, r)
+	v := Judge(ev)
+	if v.Broken() || v.Redeliveries != 1 {
+		t.Fatalf("allowed repeats judged: %s", v.Summary())
+	}
+}

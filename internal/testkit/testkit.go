@@ -1,0 +1,53 @@
+// Package testkit holds the two waits every integration test needs, written
+// once: Eventually (poll a condition instead of sleeping) and Unavailable (a
+// missing service fails under CI=true and skips elsewhere).
+package testkit
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// Poll is how often Eventually re-checks its condition.
+const Poll = 25 * time.Millisecond
+
+// Eventually calls cond until it returns "" (the condition holds) or timeout
+// passes; then it fails the test with cond's last complaint, so the failure
+// says what state the test saw rather than only that it timed out.
+func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not true within %s: %s", timeout, msg)
+		}
+		time.Sleep(Poll)
+	}
+}
+
+// Unless is the cond for a plain boolean: "" when ok, else complaint. For
+// Eventually(t, d, func() string { return testkit.Unless(n == 3, "want 3 rows, have %d", n) }).
+func Unless(ok bool, format string, args ...any) string {
+	if ok {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+// Unavailable fails the test under CI=true (a missing service must never turn
+// into a green run) and skips it otherwise, naming the service and how to
+// start it.
+func Unavailable(t testing.TB, service, how string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not reachable (%v); start it with %s", service, err, how)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + " (skipping because CI is not true)")
+}
