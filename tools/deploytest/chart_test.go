@@ -1,7 +1,10 @@
 package deploytest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,8 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
-
-	"github.com/outboxbridge/bridge/internal/config"
 )
 
 // `helm lint --strict` for every values set: errors and warnings fail.
@@ -366,16 +367,6 @@ func secretPlaceholder(name string) string {
 	}
 }
 
-// needsOf is what each command requires of the configuration, as the CLI
-// passes it to config.Load (internal/cli).
-var needsOf = map[string]config.Needs{
-	"migrate": {Database: true},
-	"relay":   {Database: true, Kafka: true},
-	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true},
-	"run":     {Database: true, Kafka: true, Topics: true},
-}
-
 // pendingVars are variables the chart sets for a feature another part of the
 // bridge is adding; config.Vars gains them when it lands, and then they are
 // checked like the rest (this map may then be emptied).
@@ -384,15 +375,88 @@ var pendingVars = map[string]string{
 	"BRIDGE_SECRET_KEYS": "the secret key ring",
 }
 
+type checkEnv struct {
+	Name    string            `json:"name"`
+	Command string            `json:"command"`
+	Env     map[string]string `json:"env"`
+}
+
+type checkResponse struct {
+	Vars        []string `json:"vars"`
+	TracingVars []string `json:"tracing_vars"`
+	Results     []struct {
+		Name  string `json:"name"`
+		Error string `json:"error"`
+	} `json:"results"`
+}
+
+// configCheck runs internal/config/configcheck in the bridge's own module
+// (not imported: this module's go.mod stays independent of the bridge's):
+// the variables the bridge reads, and whether each environment loads as its
+// command would load it.
+func configCheck(t *testing.T, envs []checkEnv) checkResponse {
+	t.Helper()
+	req, err := json.Marshal(map[string]any{"environments": envs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./internal/config/configcheck")
+	cmd.Dir = root
+	cmd.Stdin = bytes.NewReader(req)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go run ./internal/config/configcheck: %v\n%s", err, stderr.String())
+	}
+	var resp checkResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("configcheck answered %s: %v", out, err)
+	}
+	if len(resp.Vars) == 0 || len(resp.Results) != len(envs) {
+		t.Fatalf("configcheck answered %s", out)
+	}
+	return resp
+}
+
 // Every variable the chart sets is one the bridge reads (internal/config,
-// as internal/composetest checks the compose file), and each stage's whole
+// as internal/composetest checks the compose file), and each workload's whole
 // environment loads through config.Load as its command would load it.
 func TestChartEnvironment(t *testing.T) {
-	known := map[string]bool{}
-	for _, v := range config.Vars() {
-		known[v] = true
+	type setter struct{ who, name string }
+	var sets []setter
+	var envs []checkEnv
+	for _, file := range valueSets {
+		o := decodeAll(t, mustRender(t, file))
+		set := setName(file)
+		for _, cm := range o.configMaps {
+			for k := range cm.Data {
+				sets = append(sets, setter{set + ": ConfigMap " + cm.Name, k})
+			}
+		}
+		for _, d := range o.deployments {
+			c := d.Spec.Template.Spec.Containers[0]
+			for _, e := range c.Env {
+				sets = append(sets, setter{set + ": " + d.Name, e.Name})
+			}
+			envs = append(envs, checkEnv{set + ": " + d.Name, c.Args[0], stageEnv(t, o, d)})
+		}
+		for _, j := range o.jobs {
+			c := j.Spec.Template.Spec.Containers[0]
+			env := map[string]string{}
+			for _, e := range c.Env {
+				sets = append(sets, setter{set + ": " + j.Name, e.Name})
+				env[e.Name] = e.Value
+				if e.ValueFrom != nil {
+					env[e.Name] = secretPlaceholder(e.Name)
+				}
+			}
+			envs = append(envs, checkEnv{set + ": " + j.Name, c.Args[0], env})
+		}
 	}
-	for _, v := range config.TracingVars {
+	resp := configCheck(t, envs)
+	known := map[string]bool{}
+	for _, v := range append(resp.Vars, resp.TracingVars...) {
 		known[v] = true
 	}
 	for v, why := range pendingVars {
@@ -400,52 +464,15 @@ func TestChartEnvironment(t *testing.T) {
 			t.Logf("%s (%s) is read by internal/config now: remove it from pendingVars", v, why)
 		}
 	}
-	for _, file := range valueSets {
-		t.Run(setName(file), func(t *testing.T) {
-			o := decodeAll(t, mustRender(t, file))
-			check := func(who, name string) {
-				if !known[name] && pendingVars[name] == "" {
-					t.Errorf("%s sets %s, which the bridge does not read (config.Vars and config.TracingVars)", who, name)
-				}
-			}
-			for _, cm := range o.configMaps {
-				for k := range cm.Data {
-					check("ConfigMap "+cm.Name, k)
-				}
-			}
-			type workload struct {
-				name, command string
-				spec          corev1.PodSpec
-				env           map[string]string
-			}
-			var ws []workload
-			for _, d := range o.deployments {
-				ws = append(ws, workload{d.Name, d.Spec.Template.Spec.Containers[0].Args[0], d.Spec.Template.Spec, stageEnv(t, o, d)})
-			}
-			for _, j := range o.jobs {
-				env := map[string]string{}
-				for _, e := range j.Spec.Template.Spec.Containers[0].Env {
-					env[e.Name] = e.Value
-					if e.ValueFrom != nil {
-						env[e.Name] = secretPlaceholder(e.Name)
-					}
-				}
-				ws = append(ws, workload{j.Name, j.Spec.Template.Spec.Containers[0].Args[0], j.Spec.Template.Spec, env})
-			}
-			for _, w := range ws {
-				for _, e := range w.spec.Containers[0].Env {
-					check(w.name, e.Name)
-				}
-				needs, ok := needsOf[w.command]
-				if !ok {
-					t.Errorf("%s runs %q, not a bridge command this test knows", w.name, w.command)
-					continue
-				}
-				if _, err := config.Load(w.env, needs); err != nil {
-					t.Errorf("%s (bridge %s): its environment does not load: %v", w.name, w.command, err)
-				}
-			}
-		})
+	for _, s := range sets {
+		if !known[s.name] && pendingVars[s.name] == "" {
+			t.Errorf("%s sets %s, which the bridge does not read (config.Vars and config.TracingVars)", s.who, s.name)
+		}
+	}
+	for i, r := range resp.Results {
+		if r.Error != "" {
+			t.Errorf("%s (bridge %s): its environment does not load: %s", r.Name, envs[i].Command, r.Error)
+		}
 	}
 }
 
@@ -516,6 +543,7 @@ func TestChartSecrets(t *testing.T) {
 // KEDA: consumers on the group's lag, deliverers (and relays) on their
 // backlog through Prometheus, each within what the stage can use.
 func TestChartAutoscaling(t *testing.T) {
+	t.Parallel()
 	o := decodeAll(t, mustRender(t, ""))
 	if len(o.scaledObjects) != 0 || len(o.serviceMonitors) != 0 {
 		t.Errorf("defaults render %d ScaledObjects and %d ServiceMonitors: both are off by default", len(o.scaledObjects), len(o.serviceMonitors))

@@ -101,6 +101,7 @@ func expandGrafana(q string) string {
 // selects only metrics the bridge exports, and follows the dashboard's job
 // variable; every panel uses the dashboard's data source input.
 func TestDashboard(t *testing.T) {
+	t.Parallel()
 	d := loadDashboard(t)
 	if d.UID == "" || d.Title == "" {
 		t.Errorf("dashboard has uid %q and title %q", d.UID, d.Title)

@@ -226,12 +226,9 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		return nil, err
 	}
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bridge")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bridge")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/bridge: %v\n%s", err, out)
+	bin, err := cachedBinary(root, "./cmd/bridge")
+	if err != nil {
+		return nil, err
 	}
 
 	topic := "deploytest-" + strings.ReplaceAll(suffix, "_", "-")

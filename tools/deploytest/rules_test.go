@@ -1,7 +1,6 @@
 package deploytest
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -28,22 +27,13 @@ var (
 	promtoolErr  error
 )
 
-// promtool builds Prometheus's promtool from the version in go.mod (the tool
-// directive), without the service-discovery plugins it does not need for
-// rules (remove_all_sd: they are most of its build time).
+// promtool is Prometheus's promtool at the version in go.mod (the tool
+// directive), built without the service-discovery plugins, which rules do
+// not need and which are most of its build (remove_all_sd).
 func promtool(t *testing.T) string {
 	t.Helper()
 	promtoolOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deploytest-promtool-")
-		if err != nil {
-			promtoolErr = err
-			return
-		}
-		promtoolPath = filepath.Join(dir, "promtool")
-		cmd := exec.Command("go", "build", "-tags", "remove_all_sd", "-o", promtoolPath, "github.com/prometheus/prometheus/cmd/promtool")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			promtoolErr = fmt.Errorf("build promtool: %v\n%s", err, out)
-		}
+		promtoolPath, promtoolErr = cachedBinary(".", "-tags", "remove_all_sd", "github.com/prometheus/prometheus/cmd/promtool")
 	})
 	if promtoolErr != nil {
 		t.Fatal(promtoolErr)
@@ -62,12 +52,13 @@ func runPromtool(t *testing.T, args ...string) string {
 }
 
 func TestPromtoolCheckRules(t *testing.T) {
+	t.Parallel()
 	out := runPromtool(t, "check", "rules", "--lint=all", "--lint-fatal", rulesFile)
 	t.Log(out)
 }
 
 func TestPromtoolTestRules(t *testing.T) {
-	// --run none of its own flags: every test group runs.
+	t.Parallel()
 	out := runPromtool(t, "test", "rules", rulesTestFile)
 	t.Log(out)
 }
@@ -154,6 +145,7 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 
 // The rules select only metrics the bridge exports (and Prometheus's own up).
 func TestAlertMetricsExported(t *testing.T) {
+	t.Parallel()
 	groups, errs := parseRules()
 	if len(errs) > 0 {
 		t.Fatal(errs)
