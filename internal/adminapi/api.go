@@ -184,7 +184,7 @@ func Authorizes(token string) func(*http.Request) bool {
 }
 
 // bearerMatches compares the bearer token with the one whose digest is
-// given, in constant time. Both sides are hashed: subtle.ConstantTimeCompare
+// given (tokenMatches). Both sides are hashed: subtle.ConstantTimeCompare
 // returns at once on a length mismatch, which would reveal the token's
 // length.
 func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
@@ -192,6 +192,13 @@ func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	return tokenMatches(token, digest)
+}
+
+// tokenMatches compares token (trimmed; blank never matches) with the one
+// whose digest is given, in constant time: the one comparison of the admin
+// token, for the API's header and the console's sign-in form alike.
+func tokenMatches(token string, digest [sha256.Size]byte) bool {
 	token = strings.TrimSpace(token)
 	if len(token) == 0 {
 		return false

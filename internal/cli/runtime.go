@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/metrics"
@@ -45,11 +46,12 @@ type runtime struct {
 	// Pass it explicitly to every component (REFERENCE "OpenTelemetry
 	// traps").
 	TracerProvider trace.TracerProvider
-	// RelayMetrics goes into relay.Config.Metrics.
+	// RelayMetrics goes into relay.Config.Metrics; nil unless the command
+	// runs the relay.
 	RelayMetrics relay.Metrics
 	// DeliveryMetrics is the delivery engine's hook (see
-	// docs/observability.md); the deliverer reports through it once its
-	// Config takes one.
+	// docs/observability.md); set only when the command runs the
+	// deliverer.
 	DeliveryMetrics metrics.Deliveries
 	// Metrics owns the meter provider and the Prometheus registry.
 	Metrics *metrics.Metrics
@@ -161,10 +163,15 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		// too (http_client_request_duration_seconds, …).
 		otel.SetMeterProvider(rt.Metrics.MeterProvider())
 	}
-	rt.RelayMetrics = rt.Metrics.Relay()
-	rt.DeliveryMetrics = rt.Metrics.Deliveries()
-
+	// Only the stages this command runs: their series are exported at 0
+	// from the start, and a relay's /metrics should not show a deliverer's.
 	needs := needsOf(service)
+	if needs.outbox {
+		rt.RelayMetrics = rt.Metrics.Relay()
+	}
+	if needs.deliveries {
+		rt.DeliveryMetrics = rt.Metrics.Deliveries()
+	}
 	if needs.outbox {
 		if err := rt.observe(rt.Metrics.ObserveOutbox(rt.Pool)); err != nil {
 			return nil, err
@@ -215,13 +222,21 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			Metrics: rt.Metrics.Handler(),
 			Checks:  checks,
 			Logger:  logger,
-			// The failing check's error text only with ADMIN_TOKEN.
-			ShowDetails: adminapi.Authorizes(cfg.HTTP.AdminToken),
 		})
 		// The admin API (only with ADMIN_TOKEN set), mounted before Start.
 		acfg := adminapi.FromConfig(cfg, rt.Pool, logger)
 		acfg.Metrics = rt.Metrics.Admin()
 		adminapi.Mount(rt.Ops, acfg)
+		// The console under /ui/, with the same token.
+		ccfg := console.FromConfig(cfg, rt.Pool, logger)
+		ccfg.AuthMetrics = acfg.Metrics
+		ui, err := console.Mount(rt.Ops, ccfg)
+		if err != nil {
+			return nil, err
+		}
+		if ui != nil {
+			rt.closers = append(rt.closers, ui.Close)
+		}
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}

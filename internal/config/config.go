@@ -147,6 +147,11 @@ type Kafka struct {
 	// KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: SASL credentials.
 	SASLUsername string `env:"KAFKA_SASL_USERNAME" secret:"value"`
 	SASLPassword string `env:"KAFKA_SASL_PASSWORD" secret:"value"`
+	// KAFKA_LOG_LEVEL: the Kafka client's own log lines: debug, info, warn,
+	// error or none, each logged at its own level (LOG_LEVEL still applies).
+	// Default: every client level one step down on ours (its INFO, the
+	// heartbeats and rebalances, is our DEBUG).
+	LogLevel string `env:"KAFKA_LOG_LEVEL"`
 }
 
 // Validate checks the Kafka settings; requireBrokers is true for commands
@@ -165,6 +170,11 @@ func (c Kafka) Validate(requireBrokers bool) error {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
 		}
 	}
+	switch strings.ToLower(c.LogLevel) {
+	case "", "debug", "info", "warn", "warning", "error", "none":
+	default:
+		return fieldError("KAFKA_LOG_LEVEL", c.LogLevel, "must be one of debug, info, warn, error, none")
+	}
 	switch c.SASLMechanism {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
@@ -179,7 +189,8 @@ func (c Kafka) Validate(requireBrokers bool) error {
 	return nil
 }
 
-// HTTP configures the operational HTTP server (health, metrics, admin API).
+// HTTP configures the operational HTTP server (health, metrics, admin API,
+// console).
 type HTTP struct {
 	// HTTP_ADDR: listen address for /healthz, /readyz, /metrics and the admin
 	// API; "off" disables the server. Default 127.0.0.1:8080.
@@ -187,6 +198,13 @@ type HTTP struct {
 	// ADMIN_TOKEN: bearer token for the admin API; empty serves only health
 	// and metrics.
 	AdminToken string `env:"ADMIN_TOKEN" secret:"value"`
+	// JAEGER_QUERY_URL: Jaeger query service the console reads traces from
+	// (GET /api/traces/<id>) to draw them itself, e.g. http://127.0.0.1:16686;
+	// empty: the console shows trace ids without drawing them.
+	JaegerQueryURL string `env:"JAEGER_QUERY_URL"`
+	// JAEGER_UI_URL: a Jaeger UI to link trace pages to (<url>/trace/<id>);
+	// empty: no link (the Jaeger scripts/services-up.sh builds has no UI).
+	JaegerUIURL string `env:"JAEGER_UI_URL"`
 }
 
 // HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
@@ -203,6 +221,14 @@ func (c HTTP) validate() error {
 	}
 	if p := checkPort(port, true); p != "" {
 		return fieldError("HTTP_ADDR", c.Addr, p)
+	}
+	for _, v := range []struct{ name, value string }{{"JAEGER_QUERY_URL", c.JaegerQueryURL}, {"JAEGER_UI_URL", c.JaegerUIURL}} {
+		if v.value == "" {
+			continue
+		}
+		if u, err := url.Parse(v.value); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fieldError(v.name, v.value, "must be an http:// or https:// URL")
+		}
 	}
 	return nil
 }

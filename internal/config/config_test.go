@@ -102,6 +102,8 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"LOG_FORMAT", "xml", config.Needs{}, "text or json"},
 		{"LOG_LEVEL", "loud", config.Needs{}, "debug, info, warn, error"},
 		{"HTTP_ADDR", "8080", config.Needs{}, "host:port"},
+		{"JAEGER_QUERY_URL", "127.0.0.1:16686", config.Needs{}, "http:// or https:// URL"},
+		{"JAEGER_UI_URL", "ftp://jaeger", config.Needs{}, "http:// or https:// URL"},
 		{"KAFKA_BROKERS", "nohostport", config.Needs{}, "host:port"},
 		{"KAFKA_BROKERS", "127.0.0.1:9092,nohostport", config.Needs{Kafka: true}, "nohostport"},
 		{"KAFKA_BROKERS", "", config.Needs{Kafka: true}, "required"},

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/service"
 )
 
 // DefaultRetrySchedule is Svix's schedule: immediately, 5s, 5m, 30m, 2h, 5h,
@@ -36,6 +37,9 @@ type Config struct {
 	// MaxInFlightPerSubscription bounds one subscription's share of the
 	// workers, so a slow endpoint cannot occupy them all. Default 8.
 	MaxInFlightPerSubscription int
+	// ClaimLoops: claim statements that may run at once, each for its own
+	// share of the subscriptions (by a hash of the id). Default 2.
+	ClaimLoops int
 	// PollInterval: claim this often even without a NOTIFY (retries that come
 	// due, missed notifications). Default 1s.
 	PollInterval time.Duration
@@ -63,8 +67,18 @@ type Config struct {
 	// Metrics is told about every attempt and every disable (the runtime
 	// passes metrics.Deliveries). nil: none.
 	Metrics Metrics
-	// ID names this deliverer in claimed_by. Default: hostname-pid-random.
+	// ID names this deliverer in claimed_by. Default: service.ReplicaID().
 	ID string
+	// SyncSuccessCommit makes the transactions that record only successes
+	// wait for their WAL flush, like every other write. Default false: they
+	// commit with synchronous_commit = off. A PostgreSQL crash can then lose
+	// the last few hundred milliseconds of success outcomes; those
+	// deliveries are 'delivering' again, reclaim returns them with their
+	// attempt kept and they go out once more with the same webhook-id —
+	// at-least-once, which receivers dedup. Retries, deaths and disables
+	// always wait for the flush: a death has been logged, counted and
+	// traced, and a disable told to the operator, when it returns.
+	SyncSuccessCommit bool
 }
 
 // Metrics is the hook the Deliverer reports through; metrics.Deliveries
@@ -113,6 +127,7 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, 32)
 	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, 8)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.ClaimLoops = cmp.Or(c.ClaimLoops, 2)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, min(c.Lease/4, 15*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
 	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
@@ -123,7 +138,7 @@ func (c Config) withDefaults() Config {
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
-	c.ID = cmp.Or(c.ID, defaultID())
+	c.ID = cmp.Or(c.ID, service.ReplicaID())
 	return c
 }
 

@@ -56,8 +56,29 @@ func StatusClass(code int) string {
 // hook the webhook Deliverer reports through (see docs/observability.md).
 type Deliveries struct{ m *Metrics }
 
-// Deliveries returns the delivery hook recording into m.
-func (m *Metrics) Deliveries() Deliveries { return Deliveries{m: m} }
+// Deliveries returns the delivery hook recording into m. The first call
+// exports every attempt series that can occur at 0 (delivered with 2xx;
+// retry and dead with any other class or none) and the disable counter, so
+// an alert on increase(bridge_delivery_attempts_total{outcome="dead"})
+// sees the first death after a restart. The duration histogram has no
+// zero form; its series appear with their first attempt.
+func (m *Metrics) Deliveries() Deliveries {
+	m.deliveryZero.Do(func() {
+		ctx := context.Background()
+		add := func(outcome, class string) {
+			m.delivery.attempts.Add(ctx, 0, metric.WithAttributes(
+				attribute.String("outcome", outcome), attribute.String("status_class", class)))
+		}
+		add(OutcomeDelivered, "2xx")
+		for _, outcome := range []string{OutcomeRetry, OutcomeDead} {
+			for _, class := range []string{"1xx", "3xx", "4xx", "5xx", "none"} {
+				add(outcome, class)
+			}
+		}
+		m.delivery.disabled.Add(ctx, 0)
+	})
+	return Deliveries{m: m}
+}
 
 // Attempt records one HTTP attempt: its status code (0: no response), its
 // duration and its outcome (OutcomeDelivered, OutcomeRetry, OutcomeDead).
@@ -123,6 +144,7 @@ func (m *Metrics) ObserveDeliveries(pool *pgxpool.Pool) (func() error, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("create delivery gauges: %w", err)
 	}
+	m.zeroRefreshErrors("deliveries")
 	stats := newCached("deliveries", m.every, func(ctx context.Context) (deliveryStats, error) {
 		return readDeliveryStats(ctx, pool)
 	}, m.onRefreshError)

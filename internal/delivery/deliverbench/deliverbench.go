@@ -63,6 +63,19 @@ type Result struct {
 	BaselineHeapMiB     float64 `json:"baseline_heap_mib"`
 	PeakHeapMiB         float64 `json:"peak_heap_mib"`
 	CeilingPerSecond    float64 `json:"ceiling_http_posts_per_second"`
+	// CeilingFraction is DeliveriesPerSecond / CeilingPerSecond. The
+	// ceiling is an upper bound, not a target: unsigned posts to a handler
+	// that answers before parsing, with no database.
+	CeilingFraction float64 `json:"ceiling_fraction"`
+	// What the engine did during the drain: claim statements, rows per
+	// claim and time per claim; outcome batches, outcomes per batch and
+	// time per batch.
+	ClaimStatements  int64   `json:"claim_statements"`
+	RowsPerClaim     float64 `json:"rows_per_claim"`
+	ClaimMS          float64 `json:"claim_ms_avg"`
+	OutcomeBatches   int64   `json:"outcome_batches"`
+	OutcomesPerBatch float64 `json:"outcomes_per_batch"`
+	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -209,7 +222,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		}
 	}
 	res.InsertSeconds = time.Since(start).Seconds()
-	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "seconds", res.InsertSeconds)
+	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "elapsed_seconds", res.InsertSeconds)
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -259,10 +272,23 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	if res.DrainSeconds > 0 {
 		res.DeliveriesPerSecond = float64(o.Events) / res.DrainSeconds
 	}
+	if res.CeilingPerSecond > 0 {
+		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
+	}
+	st := d.Stats()
+	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
+	if st.Claims > 0 {
+		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
+		res.ClaimMS = st.ClaimTime.Seconds() * 1000 / float64(st.Claims)
+	}
+	if st.Records > 0 {
+		res.OutcomesPerBatch = float64(st.Recorded) / float64(st.Records)
+		res.OutcomeBatchMS = st.RecordTime.Seconds() * 1000 / float64(st.Records)
+	}
 	stopSampling()
 	sampler.Wait()
 	res.PeakHeapMiB = float64(peak.Load()) / (1 << 20)
-	logger.InfoContext(ctx, "backlog drained", "seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+	logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
 
 	// Live phase: small transactions at a steady rate, latency measured from
 	// just before each insert to the request's arrival.
