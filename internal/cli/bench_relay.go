@@ -64,7 +64,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		if err != nil {
 			return err
 		}
-		rc := relayConfig(cfg)
+		rc := relay.ConfigFromEnv(cfg.Relay)
 		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
 		res, err := relay.Bench(ctx, pool, kopts, rc, relay.BenchOptions{
