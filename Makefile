@@ -15,7 +15,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: all build services services-down test vet test-go bench demo clean
+.PHONY: all build services services-down test vet test-go bench demo clean chaos chaos-short
 
 all: build
 
@@ -50,3 +50,16 @@ demo:
 
 clean:
 	rm -rf bin
+
+# The fault suite (internal/chaos): SIGKILLs of every process type, broker,
+# receiver and PostgreSQL outages, a PostgreSQL failover and a three-broker
+# cluster losing its leader, judged from outside the pipeline. Its short
+# variant is part of `make test` (go test ./... runs it; it starts its own
+# PostgreSQL instances, its own broker and the kafka-cluster service);
+# `make chaos` is the long variant, with a rolling restart of the cluster.
+# CHAOS_REPORT=file appends each run's measurements as a JSON line.
+chaos: services build
+	env $(TEST_ENV) CHAOS=long $(GO) test -count=1 -timeout 60m -v ./internal/chaos/...
+
+chaos-short: services build
+	env $(TEST_ENV) $(GO) test -count=1 -timeout 15m -v ./internal/chaos/...

@@ -39,7 +39,7 @@ func scenarioPlan() plan {
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
 			drainBound: 180 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
 	}
-	return plan{load: 40 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
+	return plan{load: 30 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 		receiverDown: 5 * time.Second, brokerDown: 10 * time.Second, postgresDown: 4 * time.Second,
 		drainBound: 150 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
 }
@@ -47,20 +47,21 @@ func scenarioPlan() plan {
 // report is what a run measured, printed and (CHAOS_REPORT=path) appended as
 // one JSON line for the closing note.
 type report struct {
-	Scenario        string           `json:"scenario"`
-	Events          int              `json:"events_committed"`
-	TxCommitted     int64            `json:"tx_committed"`
-	TxFailed        int64            `json:"tx_failed"`
-	RolledBack      int              `json:"rolled_back_events"`
-	Kills           map[string]int   `json:"kills"`
-	Outages         []string         `json:"outages"`
-	Verdict         judge.Verdict    `json:"verdict"`
-	DrainSeconds    float64          `json:"drain_seconds"`
-	LongestStall    float64          `json:"longest_group_stall_seconds"`
-	LongestStallAny float64          `json:"longest_group_stall_incl_outages_seconds"`
-	Takeovers       []takeoverReport `json:"relay_takeovers"`
-	Unexpected      map[string]int   `json:"unexpected_exits"`
-	Extra           map[string]any   `json:"extra,omitempty"`
+	Scenario         string           `json:"scenario"`
+	Events           int              `json:"events_committed"`
+	TxCommitted      int64            `json:"tx_committed"`
+	TxFailed         int64            `json:"tx_failed"`
+	RolledBack       int              `json:"rolled_back_events"`
+	Kills            map[string]int   `json:"kills"`
+	Outages          []string         `json:"outages"`
+	Verdict          judge.Verdict    `json:"verdict"`
+	DrainSeconds     float64          `json:"drain_seconds"`
+	LongestStall     float64          `json:"longest_group_stall_seconds"`
+	LongestStallAny  float64          `json:"longest_group_stall_incl_outages_seconds"`
+	Takeovers        []takeoverReport `json:"relay_takeovers"`
+	Unexpected       map[string]int   `json:"unexpected_exits"`
+	LostAcknowledged int              `json:"acknowledged_commits_lost"`
+	Extra            map[string]any   `json:"extra,omitempty"`
 }
 
 type takeoverReport struct {
@@ -76,11 +77,12 @@ func (r *report) print(t *testing.T) {
 	fmt.Fprintf(&b, "== %s ==\n", r.Scenario)
 	fmt.Fprintf(&b, "events committed %d (%d transactions; %d failed during outages), rolled-back events %d\n",
 		r.Events, r.TxCommitted, r.TxFailed, r.RolledBack)
+	fmt.Fprintf(&b, "acknowledged commits missing from the database afterwards: %d\n", r.LostAcknowledged)
 	fmt.Fprintf(&b, "kills %v; outages %v; unexpected exits %v\n", r.Kills, r.Outages, r.Unexpected)
 	v := r.Verdict
-	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d) / "+
+	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d, re-produced after a lost mark %d) / "+
 		"order violations %d / two-in-flight %d / bad signatures %d / FAILED %d / dead %d\n",
-		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.OrderViolations, v.TwoInFlight,
+		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.OrderViolations, v.TwoInFlight,
 		v.BadSignatures, v.Failed, v.Dead)
 	fmt.Fprintf(&b, "drain after the load %.1fs; longest consumer-group stall %.1fs (%.1fs including outages)\n",
 		r.DrainSeconds, r.LongestStall, r.LongestStallAny)
@@ -90,6 +92,9 @@ func (r *report) print(t *testing.T) {
 			during = " (during an outage: not held to the bound)"
 		}
 		fmt.Fprintf(&b, "relay lane takeover after SIGKILL of %s (%d lanes): %.1fs%s\n", to.Proc, to.Lanes, to.Seconds, during)
+	}
+	for _, x := range r.ExitReasons {
+		fmt.Fprintf(&b, "exit not caused by the test: %s\n", x)
 	}
 	for k, v := range r.Extra {
 		fmt.Fprintf(&b, "%s: %v\n", k, v)
@@ -110,10 +115,13 @@ func (r *report) print(t *testing.T) {
 
 // finish drains, stops the processes, judges and reports. It fails the test
 // on any broken promise or a drain slower than bound.
-func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, bound time.Duration, stallBound time.Duration, takeoverBound time.Duration, extra map[string]any) report {
+func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, bound time.Duration, stallBound time.Duration, takeoverBound time.Duration, dbFaults bool, extra map[string]any) report {
 	t.Helper()
 	_, derr := p.WaitDrained(bound + 60*time.Second)
-	drain := time.Since(loadEnd) // from the end of the load, not from this call
+	drain := p.DrainedAfter() // first drained moment, measured from the end of the load
+	if drain < 0 {
+		drain = time.Since(loadEnd)
+	}
 	p.StopProcs()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -121,10 +129,16 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 	if err != nil {
 		t.Fatalf("gather evidence: %v", err)
 	}
+	ev.SessionDuplicatesAllowed = dbFaults
+	lostAck, err := p.LostAcknowledged(ctx)
+	if err != nil {
+		t.Fatalf("acknowledged commits: %v", err)
+	}
 	v := judge.Judge(ev)
 	r := report{Scenario: name, Events: len(ev.Committed), RolledBack: len(ev.RolledBack), Verdict: v,
 		Kills: map[string]int{}, Unexpected: map[string]int{}, DrainSeconds: drain.Seconds(), Extra: extra}
 	r.TxCommitted, r.TxFailed = p.TxCounts()
+	r.LostAcknowledged = len(lostAck)
 	for _, e := range p.Events() {
 		if strings.HasPrefix(e.What, "SIGKILL ") && e.Kind != "" {
 			r.Kills[e.Kind]++
@@ -135,8 +149,12 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 	}
 	for _, pr := range p.Procs {
 		for _, x := range pr.Exits() {
-			if !x.Killed && x.Err != nil && !strings.Contains(x.Err.Error(), "signal: terminated") {
+			if !x.Killed && x.Tail != "" {
 				r.Unexpected[pr.Kind]++
+				if len(r.ExitReasons) < 6 {
+					r.ExitReasons = append(r.ExitReasons, fmt.Sprintf("%s at %s after %.1fs up (%v): %.300s",
+						pr.Name, x.At.Format("15:04:05.0"), x.Uptime.Seconds(), x.Err, x.Tail))
+				}
 			}
 		}
 	}
@@ -161,6 +179,9 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 	r.print(t)
 	if v.Broken() {
 		t.Errorf("promises broken: %s", v)
+	}
+	if len(lostAck) > 0 {
+		t.Errorf("%d events whose transaction's COMMIT succeeded are not in the database (e.g. %s)", len(lostAck), lostAck[0])
 	}
 	if derr != nil {
 		t.Errorf("drain: %v", derr)
@@ -285,6 +306,7 @@ func TestChaosScenario(t *testing.T) {
 	})
 	p.Load(ctx, pl.rate)
 	loadEnd := time.Now()
+	p.WatchDrain(sctx, loadEnd)
 	wg.Wait()
-	finish(t, p, "single broker: SIGKILLs, receiver/broker/PostgreSQL outages", loadEnd, pl.drainBound, pl.stallBound, pl.takeoverBound, nil)
+	finish(t, p, "single broker: SIGKILLs, receiver/broker/PostgreSQL outages", loadEnd, pl.drainBound, pl.stallBound, pl.takeoverBound, true, nil)
 }

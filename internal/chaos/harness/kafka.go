@@ -158,25 +158,7 @@ func (c *Cluster) Ensure() error {
 
 // WaitBrokers waits until n brokers are in the cluster's metadata.
 func (c *Cluster) WaitBrokers(n int, timeout time.Duration) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		md, err := adm.BrokerMetadata(ctx)
-		cancel()
-		if err == nil && len(md.Brokers) >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster: %d brokers within %s (last error %v)", len(md.Brokers), timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return waitServing(c.Addrs(), n, timeout)
 }
 
 // Pid is node's process id (1..3), 0 when not running.
@@ -258,25 +240,31 @@ func (l *launch) start() error {
 	return os.WriteFile(l.pidf, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
 }
 
-// waitServing waits until addrs serve metadata with at least n brokers.
+// waitServing waits until addrs serve metadata with at least n brokers. A
+// fresh client per try: one created while a node was down kept answering
+// from a view without it.
 func waitServing(addrs []string, n int, timeout time.Duration) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	deadline := time.Now().Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		md, err := adm.BrokerMetadata(ctx)
-		cancel()
-		if err == nil && len(md.Brokers) >= n {
+		got, err := brokerCount(addrs)
+		if err == nil && got >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%v: %d of %d brokers within %s (last error %v)", addrs, len(md.Brokers), n, timeout, err)
+			return fmt.Errorf("%v: %d of %d brokers within %s (last error %v)", addrs, got, n, timeout, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func brokerCount(addrs []string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	return len(md.Brokers), err
 }

@@ -65,14 +65,15 @@ func chownPostgres(dir string) error {
 	return exec.Command("chown", "-R", "postgres:postgres", dir).Run()
 }
 
-// conf appends settings to postgresql.auto.conf-like include (postgresql.conf).
+// conf appends settings to postgresql.auto.conf (read last, so they win over
+// what pg_basebackup -R wrote there).
 func (p *PG) conf(settings map[string]string) {
 	p.t.Helper()
 	var b strings.Builder
 	for k, v := range settings {
 		fmt.Fprintf(&b, "%s = '%s'\n", k, v)
 	}
-	f, err := os.OpenFile(filepath.Join(p.Dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(p.Dir, "postgresql.auto.conf"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -133,7 +134,10 @@ func StartStandby(t testing.TB, primary *PG, name string) *PG {
 	}
 	s.conf(map[string]string{
 		"port": strconv.Itoa(s.Port), "unix_socket_directories": s.Dir,
-		"primary_conninfo": fmt.Sprintf("host=127.0.0.1 port=%d user=bridge application_name=%s", primary.Port, name),
+		// Copied from the primary by pg_basebackup: once promoted, this one
+		// has no standby to wait for.
+		"synchronous_standby_names": "",
+		"primary_conninfo":          fmt.Sprintf("host=127.0.0.1 port=%d user=bridge application_name=%s", primary.Port, name),
 	})
 	t.Cleanup(func() { _ = s.Stop("immediate") })
 	if err := s.Start(); err != nil {

@@ -45,6 +45,9 @@ type Pipeline struct {
 
 	mu         sync.Mutex
 	rolledBack []string
+	ackedTx    []string // ids of transactions whose COMMIT returned success
+	drainedAt  time.Time
+	drainFrom  time.Time
 	txOK       atomic.Int64
 	txErr      atomic.Int64
 	events     []Event // what happened when (kills, outages), for the report
@@ -356,6 +359,22 @@ func (p *Pipeline) oneTx(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	p.txOK.Add(1)
+	p.mu.Lock()
+	p.ackedTx = append(p.ackedTx, ids...)
+	p.mu.Unlock()
+}
+
+// LostAcknowledged returns the ids whose COMMIT the application saw succeed
+// but that are not in app.committed now (a failover that lost acknowledged
+// transactions).
+func (p *Pipeline) LostAcknowledged(ctx context.Context) ([]string, error) {
+	p.mu.Lock()
+	ids := append([]string(nil), p.ackedTx...)
+	p.mu.Unlock()
+	var missing []string
+	err := p.appPool.QueryRow(ctx, `SELECT coalesce(array_agg(x), '{}') FROM unnest($1::uuid[]) x
+		WHERE NOT EXISTS (SELECT 1 FROM app.committed c WHERE c.id = x)`, ids).Scan(&missing)
+	return missing, err
 }
 
 // TxCounts returns committed and failed transactions of the load.
@@ -378,6 +397,37 @@ func (p *Pipeline) Drained(ctx context.Context) (bool, string) {
 	got := p.Receiver.Acked()
 	want := n * len(p.Subs)
 	return got >= want, fmt.Sprintf("%d of %d (event, subscription) pairs acknowledged", got, want)
+}
+
+// WatchDrain records, in the background, the first moment after from at
+// which the pipeline is drained; DrainedAfter reports it.
+func (p *Pipeline) WatchDrain(ctx context.Context, from time.Time) {
+	go func() {
+		for ctx.Err() == nil {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ok, _ := p.Drained(qctx)
+			cancel()
+			if ok {
+				p.mu.Lock()
+				p.drainedAt = time.Now()
+				p.drainFrom = from
+				p.mu.Unlock()
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+// DrainedAfter is how long after the load the pipeline was first drained
+// (WatchDrain), or -1.
+func (p *Pipeline) DrainedAfter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drainedAt.IsZero() {
+		return -1
+	}
+	return p.drainedAt.Sub(p.drainFrom)
 }
 
 // WaitDrained waits up to timeout for Drained and returns how long it took.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -47,6 +48,7 @@ type Exit struct {
 	Killed bool // by the test (SIGKILL)
 	Err    error
 	Uptime time.Duration
+	Tail   string // last log line, for an exit the test did not cause
 }
 
 // Proc is a bridge subprocess under a supervisor that restarts it after
@@ -117,7 +119,11 @@ func (p *Proc) supervise() {
 		p.mu.Unlock()
 		err := cmd.Wait()
 		p.mu.Lock()
-		p.exits = append(p.exits, Exit{At: time.Now(), Killed: p.killing, Err: err, Uptime: time.Since(p.started)})
+		x := Exit{At: time.Now(), Killed: p.killing, Err: err, Uptime: time.Since(p.started)}
+		if !x.Killed && !p.stopped {
+			x.Tail = lastLine(p.LogTail(2000))
+		}
+		p.exits = append(p.exits, x)
 		p.killing = false
 		stopped := p.stopped
 		p.mu.Unlock()
@@ -191,6 +197,14 @@ func (p *Proc) Pids() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]int(nil), p.pids...)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndex(s, "\n"); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // LogTail returns the last bytes of the process's log.
