@@ -13,9 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/chaos/harness"
-	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
+
+var clusterMu sync.Mutex
 
 // leaders returns partition → leader node of topic, and whether every
 // partition has its full ISR (want replicas).
@@ -67,6 +68,9 @@ func waitFullISR(t *testing.T, brokers []string, topic string, timeout time.Dura
 // replication factor 3 and min.insync.replicas 2; the shared PostgreSQL
 // (nothing is done to it here).
 func clusterPipeline(t *testing.T) (*harness.Cluster, *harness.Pipeline) {
+	// One cluster test at a time: each kills brokers.
+	clusterMu.Lock()
+	t.Cleanup(clusterMu.Unlock)
 	c := harness.StartCluster(t)
 	db := pgtest.Empty(t)
 	isr := "2"
@@ -83,6 +87,7 @@ func clusterPipeline(t *testing.T) (*harness.Cluster, *harness.Pipeline) {
 // loss, no reorder per key, no duplicate within a producer session), the
 // consumers follow, nothing is lost downstream.
 func TestClusterLeaderKill(t *testing.T) {
+	t.Parallel()
 	c, p := clusterPipeline(t)
 	p.StartProcs()
 	sctx, stopSampling := context.WithCancel(context.Background())
@@ -158,6 +163,7 @@ func TestClusterLeaderKill(t *testing.T) {
 // A rolling restart (controlled shutdown, SIGTERM, then start, each broker
 // in turn, waiting for the ISR to fill again) under load: same promises.
 func TestClusterRollingRestart(t *testing.T) {
+	t.Parallel()
 	if !long() {
 		t.Skip("long variant only (make chaos): three broker restarts take minutes here")
 	}
@@ -196,5 +202,3 @@ func TestClusterRollingRestart(t *testing.T) {
 	finish(t, p, "three-broker cluster: rolling restart", loadEnd, 90*time.Second, 0, 0, false,
 		map[string]any{"steps": strings.Join(steps, "; ")})
 }
-
-var _ = kafkatest.DefaultBrokers

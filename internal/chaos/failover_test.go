@@ -20,6 +20,7 @@ import (
 // replicate are produced again with the same dedup-id (the consumer's inbox
 // drops the copy).
 func TestPostgresFailover(t *testing.T) {
+	t.Parallel()
 	brokers := kafkatest.RealBrokers(t)
 	primary := harness.StartPG(t, "primary", map[string]string{
 		"synchronous_standby_names": "standby1",

@@ -61,6 +61,7 @@ type report struct {
 	Takeovers        []takeoverReport `json:"relay_takeovers"`
 	Unexpected       map[string]int   `json:"unexpected_exits"`
 	LostAcknowledged int              `json:"acknowledged_commits_lost"`
+	ExitReasons      []string         `json:"unexpected_exit_examples,omitempty"`
 	Extra            map[string]any   `json:"extra,omitempty"`
 }
 
@@ -251,6 +252,7 @@ func at(ctx context.Context, start time.Time, offset time.Duration, wg *sync.Wai
 // two attempts; rolled-back transactions and null-asset events in the load.
 // Judged from outside: see package judge.
 func TestChaosScenario(t *testing.T) {
+	t.Parallel()
 	pl := scenarioPlan()
 	pg := harness.StartPG(t, "primary", nil)
 	if err := harness.CreateDB(pg.URL("postgres"), "bridge"); err != nil {
