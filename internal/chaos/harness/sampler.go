@@ -18,6 +18,9 @@ type sample struct {
 	Lag     int64 // the group's lag on the topic (end offsets - committed)
 	Owners  []string
 	Expired []bool
+	// Per partition: the group's committed offset and its lag.
+	Commit map[int32]int64
+	PLag   map[int32]int64
 }
 
 // Sample watches the pipeline every interval until ctx ends: the consumer
@@ -39,7 +42,7 @@ func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		s := sample{At: time.Now(), OK: true}
+		s := sample{At: time.Now(), OK: true, Commit: map[int32]int64{}, PLag: map[int32]int64{}}
 		qctx, cancel := context.WithTimeout(ctx, interval*4)
 		if err := p.appPool.QueryRow(qctx, `SELECT count(*) FROM bridge.consumer_inbox`).Scan(&s.Inbox); err != nil {
 			s.OK = false
@@ -58,10 +61,12 @@ func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
 		}
 		if lags, err := adm.Lag(qctx, group); err == nil {
 			if gl, ok := lags[group]; ok && gl.Error() == nil {
-				for _, pl := range gl.Lag[p.Topic] {
+				for part, pl := range gl.Lag[p.Topic] {
 					if pl.Lag > 0 {
 						s.Lag += pl.Lag
 					}
+					s.Commit[part] = pl.Commit.At
+					s.PLag[part] = pl.Lag
 				}
 			} else {
 				s.OK = false
@@ -76,52 +81,61 @@ func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Stall is a period in which the group had records to consume (lag > 0)
-// and no new record was turned into deliveries.
+// Stall is a period in which a partition had records waiting (lag > 0)
+// and the group committed nothing on it: its records were not being turned
+// into deliveries (a dead member still holding it, a rebalance, an outage).
 type Stall struct {
-	From, To time.Time
-	Outage   bool // overlaps an outage (broker or database down) or a sampler blind spot
+	Partition int32
+	From, To  time.Time
+	Outage    bool // overlaps an outage (broker or database down) or a sampler blind spot
 }
 
 func (s Stall) Len() time.Duration { return s.To.Sub(s.From) }
 
-// Stalls returns every consumer-group stall of at least min.
+// Stalls returns every partition stall of at least min.
 func (p *Pipeline) Stalls(min time.Duration) []Stall {
 	p.mu.Lock()
 	samples := append([]sample(nil), p.samples...)
 	events := append([]Event(nil), p.events...)
 	p.mu.Unlock()
 	var out []Stall
-	var cur *Stall
-	var lastInbox int64 = -1
+	cur := map[int32]*Stall{}
+	last := map[int32]int64{}
 	for _, s := range samples {
-		progressing := !s.OK || s.Inbox != lastInbox || s.Lag == 0
-		if s.OK {
-			lastInbox = s.Inbox
-		}
-		if !s.OK && cur != nil {
-			cur.Outage = true
-		}
-		if progressing && s.OK {
-			if cur != nil {
-				cur.To = s.At
-				out = append(out, *cur)
-				cur = nil
+		if !s.OK {
+			for _, st := range cur {
+				st.Outage = true
+				st.To = s.At
 			}
 			continue
 		}
-		if cur == nil {
-			cur = &Stall{From: s.At, To: s.At, Outage: !s.OK}
+		for part, lag := range s.PLag {
+			prev, seen := last[part]
+			last[part] = s.Commit[part]
+			progressing := lag == 0 || !seen || s.Commit[part] != prev
+			st := cur[part]
+			if progressing {
+				if st != nil {
+					st.To = s.At
+					out = append(out, *st)
+					delete(cur, part)
+				}
+				continue
+			}
+			if st == nil {
+				st = &Stall{Partition: part, From: s.At}
+				cur[part] = st
+			}
+			st.To = s.At
 		}
-		cur.To = s.At
 	}
-	if cur != nil {
-		out = append(out, *cur)
+	for _, st := range cur {
+		out = append(out, *st)
 	}
 	var res []Stall
 	for _, st := range out {
 		for _, e := range events {
-			if !e.End.IsZero() && e.At.Before(st.To) && e.End.Add(2*time.Second).After(st.From) {
+			if !e.End.IsZero() && e.What != "receiver down" && e.At.Before(st.To) && e.End.Add(2*time.Second).After(st.From) {
 				st.Outage = true
 			}
 		}
