@@ -15,7 +15,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: all build services services-down test vet test-go bench demo clean chaos chaos-short
+.PHONY: all build services services-down chromium test vet test-go bench demo clean chaos chaos-short
 
 all: build
 
@@ -28,9 +28,19 @@ services:
 services-down:
 	scripts/services-down.sh
 
+# The console's browser tests (internal/console) drive Debian's chromium,
+# headless; installed here when missing, the way services-up.sh installs
+# PostgreSQL (under CI=true a missing browser fails those tests).
+chromium:
+	@command -v chromium >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then S=; else S=sudo; fi; \
+		echo "installing chromium with apt-get" >&2; \
+		$$S env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
+
 # Starts the services, then vet, the race-enabled test suite, and every
 # benchmark once (so they compile and run).
-test: services
+test: services chromium
 	$(GO) vet ./...
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
 	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...

@@ -56,6 +56,16 @@ var Logger = slog.Default()
 
 var traceparentRe = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
+// w3cTraceparent and w3cTracestate are the keys the W3C propagator writes,
+// which the Kafka record and the webhook request carry under the same names.
+// They are taken from the propagator rather than from internal/contract so
+// that an application importing this package does not link the Kafka client;
+// a test checks that the two agree.
+var w3cTraceparent, w3cTracestate = func() (string, string) {
+	f := propagation.TraceContext{}.Fields()
+	return f[0], f[1]
+}()
+
 const enqueueSQL = `SELECT bridge.enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7)`
 
 func (e Event) validate() error {
@@ -213,7 +223,7 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 	}
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
-	tp := carrier["traceparent"]
+	tp := carrier[w3cTraceparent]
 	if !traceparentRe.MatchString(tp) {
 		if Logger != nil {
 			Logger.WarnContext(ctx, "dropping malformed traceparent", "traceparent", tp)
@@ -221,7 +231,7 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 		return nil, nil
 	}
 	traceparent = &tp
-	if s := carrier["tracestate"]; s != "" {
+	if s := carrier[w3cTracestate]; s != "" {
 		tracestate = &s
 	}
 	return traceparent, tracestate

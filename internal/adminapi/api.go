@@ -16,7 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/api"
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // Config configures the API.
@@ -89,8 +89,8 @@ type adminAPI struct {
 	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
 	tokenDigest [sha256.Size]byte
 	pool        *pgxpool.Pool
-	subs        *webhook.SubscriptionStore
-	deliveries  *webhook.DeliveryStore
+	subs        *store.SubscriptionStore
+	deliveries  *store.DeliveryStore
 	log         *slog.Logger
 	rejections  *rejectionLog
 	metrics     AuthMetrics
@@ -101,8 +101,8 @@ func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
-		subs:        webhook.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
-		deliveries:  webhook.NewDeliveryStore(cfg.Pool),
+		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		deliveries:  store.NewDeliveryStore(cfg.Pool),
 		log:         cfg.Logger,
 		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
@@ -184,7 +184,7 @@ func Authorizes(token string) func(*http.Request) bool {
 }
 
 // bearerMatches compares the bearer token with the one whose digest is
-// given, in constant time. Both sides are hashed: subtle.ConstantTimeCompare
+// given (tokenMatches). Both sides are hashed: subtle.ConstantTimeCompare
 // returns at once on a length mismatch, which would reveal the token's
 // length.
 func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
@@ -192,6 +192,13 @@ func bearerMatches(r *http.Request, digest [sha256.Size]byte) bool {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	return tokenMatches(token, digest)
+}
+
+// tokenMatches compares token (trimmed; blank never matches) with the one
+// whose digest is given, in constant time: the one comparison of the admin
+// token, for the API's header and the console's sign-in form alike.
+func tokenMatches(token string, digest [sha256.Size]byte) bool {
 	token = strings.TrimSpace(token)
 	if len(token) == 0 {
 		return false
@@ -303,7 +310,7 @@ var storeFields = map[string]string{
 
 func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	var ve *webhook.ValidationError
+	var ve *store.ValidationError
 	switch {
 	case errors.As(err, &ae):
 		writeJSON(w, ae.Status, errorBody{Error: ae.Message, Field: ae.Field})
@@ -317,7 +324,7 @@ func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error)
 			msg = strings.TrimSpace(ve.Value) + ": " + ve.Problem
 		}
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: msg, Field: field})
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "id"})
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.

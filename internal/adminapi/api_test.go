@@ -127,12 +127,12 @@ func TestTokenComparedInConstantTime(t *testing.T) {
 	}
 	var authorized *ast.FuncDecl
 	for _, d := range f.Decls {
-		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "bearerMatches" {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "tokenMatches" {
 			authorized = fd
 		}
 	}
 	if authorized == nil {
-		t.Fatal("no bearerMatches function in api.go")
+		t.Fatal("no tokenMatches function in api.go")
 	}
 	var constantTime bool
 	ast.Inspect(authorized.Body, func(n ast.Node) bool {
@@ -144,14 +144,14 @@ func TestTokenComparedInConstantTime(t *testing.T) {
 		case *ast.BinaryExpr:
 			if n.Op == token.EQL || n.Op == token.NEQ {
 				if _, lit := n.Y.(*ast.BasicLit); !lit {
-					t.Errorf("bearerMatches compares with %s at %s: use subtle.ConstantTimeCompare", n.Op, fset.Position(n.Pos()))
+					t.Errorf("tokenMatches compares with %s at %s: use subtle.ConstantTimeCompare", n.Op, fset.Position(n.Pos()))
 				}
 			}
 		}
 		return true
 	})
 	if !constantTime {
-		t.Error("bearerMatches does not call subtle.ConstantTimeCompare")
+		t.Error("tokenMatches does not call subtle.ConstantTimeCompare")
 	}
 	typ := reflect.TypeFor[adminAPI]()
 	for i := range typ.NumField() {

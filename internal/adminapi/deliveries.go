@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // listDeliveries pages the delivery log newest first (the store's keyset on
@@ -24,22 +24,22 @@ func (a *adminAPI) listDeliveries(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	p := webhook.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), Limit: limit, After: after}
+	p := store.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), Limit: limit, After: after}
 	if q.Has("asset") {
 		asset := q.Get("asset")
 		p.AssetID = &asset
 	}
 	page, err := a.deliveries.List(r.Context(), p)
 	if err != nil {
-		var ve *webhook.ValidationError
+		var ve *store.ValidationError
 		if errors.As(err, &ve) && ve.Field == "subscription id" {
 			return badRequest("subscription", fmt.Sprintf("%q is not a UUID", p.SubscriptionID))
 		}
 		return err
 	}
-	out := list[webhook.Delivery]{Items: page.Deliveries}
+	out := list[store.Delivery]{Items: page.Deliveries}
 	if out.Items == nil {
-		out.Items = []webhook.Delivery{}
+		out.Items = []store.Delivery{}
 	}
 	if page.NextCursor != "" {
 		out.NextCursor = encodeCursor(cursorDeliveries, page.NextCursor)
@@ -86,9 +86,9 @@ func (a *adminAPI) deliveryAttempts(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	if attempts == nil {
-		attempts = []webhook.Attempt{}
+		attempts = []store.Attempt{}
 	}
-	writeJSON(w, http.StatusOK, list[webhook.Attempt]{Items: attempts})
+	writeJSON(w, http.StatusOK, list[store.Attempt]{Items: attempts})
 	return nil
 }
 
@@ -124,12 +124,12 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 	var revived []int64
 	var err error
 	if bySub {
-		id, perr := webhook.ParseID(*req.SubscriptionID)
+		id, perr := store.ParseID(*req.SubscriptionID)
 		if perr != nil {
 			return badRequest("subscription_id", fmt.Sprintf("%q is not a UUID", *req.SubscriptionID))
 		}
 		if _, err := a.subs.Get(r.Context(), id); err != nil {
-			if errors.Is(err, webhook.ErrNotFound) {
+			if errors.Is(err, store.ErrNotFound) {
 				return &apiError{Status: http.StatusNotFound, Field: "subscription_id", Message: err.Error()}
 			}
 			return err

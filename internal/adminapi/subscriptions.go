@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // subscriptionRequest is the body of create (url and event_types required)
@@ -19,28 +19,28 @@ type subscriptionRequest struct {
 	Description *string  `json:"description"`
 }
 
-func (req subscriptionRequest) input() (webhook.SubscriptionInput, error) {
+func (req subscriptionRequest) input() (store.SubscriptionInput, error) {
 	for _, f := range []struct {
 		name  string
 		value *string
 	}{{"url", req.URL}, {"topic", req.Topic}, {"description", req.Description}} {
 		if f.value != nil {
 			if err := checkText(f.name, *f.value); err != nil {
-				return webhook.SubscriptionInput{}, err
+				return store.SubscriptionInput{}, err
 			}
 		}
 	}
 	for _, t := range req.EventTypes {
 		if err := checkText("event_types", t); err != nil {
-			return webhook.SubscriptionInput{}, err
+			return store.SubscriptionInput{}, err
 		}
 	}
-	return webhook.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}, nil
+	return store.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}, nil
 }
 
 // withoutSecret is the only shape a subscription leaves the API in, except
 // the answers to create and rotate-secret.
-func withoutSecret(s *webhook.Subscription) *webhook.Subscription {
+func withoutSecret(s *store.Subscription) *store.Subscription {
 	s.Secret = ""
 	return s
 }
@@ -68,7 +68,7 @@ func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) err
 	if pos != "" {
 		nanos, id, ok := strings.Cut(pos, "/")
 		n, perr := strconv.ParseInt(nanos, 10, 64)
-		if _, iderr := webhook.ParseID(id); !ok || perr != nil || iderr != nil {
+		if _, iderr := store.ParseID(id); !ok || perr != nil || iderr != nil {
 			return badRequest("cursor", "is not a next_cursor returned by this list")
 		}
 		afterAt, afterID = time.Unix(0, n), id
@@ -83,7 +83,7 @@ func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) err
 			start++
 		}
 	}
-	page := list[webhook.Subscription]{Items: []webhook.Subscription{}}
+	page := list[store.Subscription]{Items: []store.Subscription{}}
 	for i := start; i < len(subs) && len(page.Items) < limit; i++ {
 		page.Items = append(page.Items, *withoutSecret(&subs[i]))
 	}
@@ -98,7 +98,7 @@ func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) err
 // after reports whether s sorts after (at, id) in the store's order
 // (created_at, id); uuid order in PostgreSQL is the order of their
 // lowercase text.
-func after(s webhook.Subscription, at time.Time, id string) bool {
+func after(s store.Subscription, at time.Time, id string) bool {
 	if !s.CreatedAt.Equal(at) {
 		return s.CreatedAt.After(at)
 	}
@@ -145,7 +145,7 @@ func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) er
 	if _, err := query(r); err != nil {
 		return err
 	}
-	id, err := webhook.ParseID(r.PathValue("id"))
+	id, err := store.ParseID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) e
 	if _, err := query(r); err != nil {
 		return err
 	}
-	id, err := webhook.ParseID(r.PathValue("id"))
+	id, err := store.ParseID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
-	"github.com/outboxbridge/bridge/internal/webhook"
-	"github.com/outboxbridge/bridge/internal/webhook/deliverbench"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/deliverbench"
 )
 
 func init() { registerBench(newBenchDeliverCmd) }
@@ -64,7 +64,7 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 			return err
 		}
 		logger := newLogger(cfg)
-		dc, err := webhook.ConfigFromEnv(cfg.Webhook)
+		dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 		if err != nil {
 			return err
 		}

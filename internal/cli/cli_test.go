@@ -168,12 +168,22 @@ func TestCLIConfigBadVariableExitsTwoNamingIt(t *testing.T) {
 		{"WEBHOOK_ALLOWED_CIDRS", "notacidr"},
 		{"WEBHOOK_RETRY_SCHEDULE", "5s,banana"},
 		{"DATABASE_CONNECT_TIMEOUT", "-1s"},
+		// Refused by `bridge migrate` and the rest with 2; config agrees.
+		{"DATABASE_URL", "not a url"},
+		{"HTTP_ADDR", ":99999"},
+		{"HTTP_ADDR", "127.0.0.1:http"},
+		{"KAFKA_BROKERS", "k1:9092,k2:0"},
+		{"KAFKA_BROKERS", "k1:70000"},
+		{"CONSUMER_TOPICS", "a,,b"},
+		{"WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8,"},
+		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.variable, func(t *testing.T) {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
 			t.Parallel()
 			env := map[string]string{"DATABASE_URL": validURL}
-			if tt.variable == "DATABASE_URL" {
+			unset := tt.variable == "DATABASE_URL" && tt.value == ""
+			if unset {
 				delete(env, "DATABASE_URL")
 			} else {
 				env[tt.variable] = tt.value
@@ -186,10 +196,52 @@ func TestCLIConfigBadVariableExitsTwoNamingIt(t *testing.T) {
 			if !strings.Contains(r.stderr, tt.variable) {
 				t.Errorf("stderr %q does not name %s", r.stderr, tt.variable)
 			}
-			if r.stdout != "" {
+			switch {
+			case unset:
+				// The rest of the configuration, the missing one marked.
+				if !regexp.MustCompile(`DATABASE_URL\s+\(missing: required\)`).MatchString(r.stdout) || !strings.Contains(r.stdout, "RELAY_MAX_ATTEMPTS") {
+					t.Errorf("stdout does not show the configuration with DATABASE_URL marked missing:\n%s", r.stdout)
+				}
+			case r.stdout != "":
 				t.Errorf("stdout %q, want nothing on a config error", r.stdout)
 			}
 		})
+	}
+	// A value `bridge config` refuses, the commands that use it refuse too.
+	r := bridge(t, map[string]string{"DATABASE_URL": "not a url"}, "migrate")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "DATABASE_URL") {
+		t.Errorf("migrate with DATABASE_URL='not a url': exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// List variables read alike: spaces around commas are trimmed whatever the
+// items are (CIDRs, durations, brokers, topics).
+func TestCLIConfigListsTrimmedAlike(t *testing.T) {
+	t.Parallel()
+	r := bridge(t, map[string]string{
+		"DATABASE_URL":           validURL,
+		"WEBHOOK_ALLOWED_CIDRS":  "127.0.0.0/8, ::1/128",
+		"WEBHOOK_RETRY_SCHEDULE": "1s, 2s ,3m",
+		"KAFKA_BROKERS":          " k1:9092 , k2:9092",
+		"CONSUMER_TOPICS":        "assets, orders",
+	}, "config", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	var settings []config.Setting
+	if err := json.Unmarshal([]byte(r.stdout), &settings); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"WEBHOOK_ALLOWED_CIDRS":  "127.0.0.0/8,::1/128",
+		"WEBHOOK_RETRY_SCHEDULE": "1s,2s,3m0s",
+		"KAFKA_BROKERS":          "k1:9092,k2:9092",
+		"CONSUMER_TOPICS":        "assets,orders",
+	}
+	for _, s := range settings {
+		if w, ok := want[s.Var]; ok && s.Value != w {
+			t.Errorf("%s = %q, want %q", s.Var, s.Value, w)
+		}
 	}
 }
 
@@ -400,11 +452,7 @@ func requireOneCorrectSchema(t *testing.T, pool *pgxpool.Pool) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var want []int64
-	for v := int64(1); v <= latest; v++ {
-		want = append(want, v)
-	}
-	if !slices.Equal(versions, want) {
+	if want := database.Versions(); !slices.Equal(versions, want) {
 		t.Errorf("%s records versions %v, want each of %v once", database.MigrationsTable, versions, want)
 	}
 }
@@ -456,6 +504,41 @@ func TestCLIMigrateRefusesNewerSchema(t *testing.T) {
 	}
 	if v, err := database.SchemaVersion(context.Background(), db.Pool); err != nil || v != newer {
 		t.Errorf("schema version %d (%v) after refusing, want it left at %d", v, err, newer)
+	}
+}
+
+// A database migrated by a development build from before the migrations were
+// folded into the baseline (here: at version 7): `bridge migrate` exits 1 with
+// one line that says to recreate it, and applies nothing.
+func TestCLIMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	env := map[string]string{"DATABASE_URL": db.URL}
+	if r := bridge(t, env, "migrate"); r.code != ExitOK {
+		t.Fatalf("migrate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`); err != nil {
+		t.Fatal(err)
+	}
+	for v := 2; v <= 7; v++ {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := bridge(t, env, "migrate")
+	if r.code != ExitRuntime {
+		t.Fatalf("migrate on a pre-fold database: exit %d, want %d (stdout %q, stderr %q)", r.code, ExitRuntime, r.stdout, r.stderr)
+	}
+	requireOneLine(t, r.stderr)
+	for _, want := range []string{"database schema version 7 was created by an earlier development build", "recreate the database"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q does not say %q", r.stderr, want)
+		}
+	}
+	if v, err := database.SchemaVersion(ctx, db.Pool); err != nil || v != 7 {
+		t.Errorf("schema version %d (%v) after refusing, want it left at 7", v, err)
 	}
 }
 

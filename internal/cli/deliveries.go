@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 func init() { register(newDeliveriesCmd) }
@@ -53,19 +53,19 @@ func newDeliveriesListCmd() *cobra.Command {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		p := webhook.ListParams{SubscriptionID: *sub, Status: *status, Limit: *limit, After: *after}
+		p := store.ListParams{SubscriptionID: *sub, Status: *status, Limit: *limit, After: *after}
 		if cmd.Flags().Changed("asset") {
 			p.AssetID = asset
 		}
 		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
-			page, err := webhook.NewDeliveryStore(pool).List(cmd.Context(), p)
+			page, err := store.NewDeliveryStore(pool).List(cmd.Context(), p)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			if *out == "json" {
 				if page.Deliveries == nil {
-					page.Deliveries = []webhook.Delivery{}
+					page.Deliveries = []store.Delivery{}
 				}
 				return printJSON(w, page)
 			}
@@ -112,13 +112,13 @@ func newDeliveriesAttemptsCmd() *cobra.Command {
 			return err
 		}
 		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
-			as, err := webhook.NewDeliveryStore(pool).Attempts(cmd.Context(), id)
+			as, err := store.NewDeliveryStore(pool).Attempts(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			if *out == "json" {
 				if as == nil {
-					as = []webhook.Attempt{}
+					as = []store.Attempt{}
 				}
 				return printJSON(cmd.OutOrStdout(), as)
 			}
@@ -153,7 +153,7 @@ func newDeliveriesShowCmd() *cobra.Command {
 			return err
 		}
 		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
-			store := webhook.NewDeliveryStore(pool)
+			store := store.NewDeliveryStore(pool)
 			d, err := store.Get(cmd.Context(), id)
 			if err != nil {
 				return err
@@ -170,10 +170,10 @@ func newDeliveriesShowCmd() *cobra.Command {
 	return c
 }
 
-func printDelivery(w io.Writer, format string, d *webhook.Delivery, payload []byte) error {
+func printDelivery(w io.Writer, format string, d *store.Delivery, payload []byte) error {
 	if format == "json" {
 		v := struct {
-			*webhook.Delivery
+			*store.Delivery
 			Payload *rawJSON `json:"payload,omitempty"`
 		}{Delivery: d}
 		if payload != nil {
@@ -253,12 +253,12 @@ func newDeliveriesReviveCmd() *cobra.Command {
 			ids = append(ids, id)
 		}
 		if bySub {
-			if _, err := webhook.ParseID(*sub); err != nil {
+			if _, err := store.ParseID(*sub); err != nil {
 				return usageError{err}
 			}
 		}
 		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
-			store := webhook.NewDeliveryStore(pool)
+			store := store.NewDeliveryStore(pool)
 			var revived []int64
 			var err error
 			if bySub {
@@ -326,8 +326,8 @@ func timeText(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func nextText(d webhook.Delivery) string {
-	if d.Status != webhook.StatusPending {
+func nextText(d store.Delivery) string {
+	if d.Status != store.StatusPending {
 		return "-"
 	}
 	if wait := time.Until(d.NextAttemptAt); wait > 0 {

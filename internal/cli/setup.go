@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -109,21 +110,48 @@ func newConfigCmd() *cobra.Command {
 			return err
 		}
 		cfg, err := loadConfig(config.Needs{Database: true})
+		var ce *config.Error
+		if err != nil && (!errors.As(err, &ce) || !ce.Unset()) {
+			return err // a value set wrong: exit 2 naming it, as every command does
+		}
 		if err != nil {
-			return err
+			// A required variable is missing: still show the rest (the
+			// defaults are what people run config for), mark the missing
+			// one, and exit 2 like every command that needs it.
+			full, lerr := loadConfig(config.Needs{})
+			if lerr != nil {
+				return lerr
+			}
+			cfg = full
 		}
 		settings := cfg.Settings()
+		if ce != nil {
+			for i := range settings {
+				if settings[i].Var == ce.Var {
+					settings[i].Value = missingValue
+				}
+			}
+		}
 		if *out == "json" {
-			return printJSON(cmd.OutOrStdout(), settings)
+			if perr := printJSON(cmd.OutOrStdout(), settings); perr != nil {
+				return perr
+			}
+		} else {
+			rows := make([][]string, len(settings))
+			for i, s := range settings {
+				rows[i] = []string{s.Component, s.Var, s.Value}
+			}
+			if perr := printTable(cmd.OutOrStdout(), []string{"COMPONENT", "VARIABLE", "VALUE"}, rows); perr != nil {
+				return perr
+			}
 		}
-		rows := make([][]string, len(settings))
-		for i, s := range settings {
-			rows[i] = []string{s.Component, s.Var, s.Value}
-		}
-		return printTable(cmd.OutOrStdout(), []string{"COMPONENT", "VARIABLE", "VALUE"}, rows)
+		return err
 	}
 	return c
 }
+
+// missingValue marks a required variable that is not set in `bridge config`.
+const missingValue = "(missing: required)"
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 func init() { register(newSubscriptionsCmd) }
@@ -21,8 +21,8 @@ func init() { register(newSubscriptionsCmd) }
 // webhookError makes bad input and unknown ids exit 2, with the message
 // naming the field or the id.
 func webhookError(err error) error {
-	var ve *webhook.ValidationError
-	if errors.As(err, &ve) || errors.Is(err, webhook.ErrNotFound) {
+	var ve *store.ValidationError
+	if errors.As(err, &ve) || errors.Is(err, store.ErrNotFound) {
 		return usageError{err}
 	}
 	return err
@@ -34,8 +34,8 @@ func withWebhookDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool
 	return webhookError(withDB(ctx, f))
 }
 
-func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *webhook.SubscriptionStore {
-	return webhook.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
+func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *store.SubscriptionStore {
+	return store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
 }
 
 func newSubscriptionsCmd() *cobra.Command {
@@ -77,7 +77,7 @@ func newSubCreateCmd() *cobra.Command {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		in := webhook.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
+		in := store.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
 		if cmd.Flags().Changed("url") {
 			in.URL = url
 		}
@@ -117,7 +117,7 @@ func newSubListCmd() *cobra.Command {
 			}
 			if *out == "json" {
 				if subs == nil {
-					subs = []webhook.Subscription{}
+					subs = []store.Subscription{}
 				}
 				return printJSON(cmd.OutOrStdout(), subs)
 			}
@@ -137,7 +137,7 @@ func newSubListCmd() *cobra.Command {
 }
 
 // subIDCmd builds the commands that take one subscription ID.
-func subIDCmd(use, short, example string, run func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error)) (*cobra.Command, *string) {
+func subIDCmd(use, short, example string, run func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error)) (*cobra.Command, *string) {
 	c := &cobra.Command{
 		Use:     use,
 		Short:   short,
@@ -149,7 +149,7 @@ func subIDCmd(use, short, example string, run func(cmd *cobra.Command, store *we
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		if _, err := webhook.ParseID(args[0]); err != nil {
+		if _, err := store.ParseID(args[0]); err != nil {
 			return usageError{err}
 		}
 		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
@@ -169,8 +169,8 @@ func subIDCmd(use, short, example string, run func(cmd *cobra.Command, store *we
 func newSubShowCmd() *cobra.Command {
 	c, _ := subIDCmd("show ID", "Show a subscription and its valid secrets (not their values)",
 		`  bridge subscriptions show 3f0c6a52-…  -o json`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			return store.Get(cmd.Context(), id)
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			return subs.Get(cmd.Context(), id)
 		})
 	return c
 }
@@ -182,8 +182,8 @@ func newSubUpdateCmd() *cobra.Command {
 		"Change a subscription's URL, event types, topic filter or description",
 		`  bridge subscriptions update 3f0c6a52-… --event-types 'asset.*,order.*'
   bridge subscriptions update 3f0c6a52-… --topic ''   # any topic again`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			var in webhook.SubscriptionInput
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			var in store.SubscriptionInput
 			f := cmd.Flags()
 			if f.Changed("url") {
 				in.URL = &url
@@ -203,7 +203,7 @@ func newSubUpdateCmd() *cobra.Command {
 			if !f.Changed("url") && !f.Changed("event-types") && !f.Changed("topic") && !f.Changed("description") {
 				return nil, UsageErrorf("nothing to update: give --url, --event-types, --topic or --description")
 			}
-			return store.Update(cmd.Context(), id, in)
+			return subs.Update(cmd.Context(), id, in)
 		})
 	c.Flags().StringVar(&url, "url", "", "new endpoint URL")
 	c.Flags().StringSliceVar(&types, "event-types", nil, "new event types (replaces the list)")
@@ -217,8 +217,8 @@ func newSubRotateCmd() *cobra.Command {
 		"Create a new signing secret; the previous one keeps signing for WEBHOOK_SECRET_GRACE",
 		`  bridge subscriptions rotate-secret 3f0c6a52-…
   WEBHOOK_SECRET_GRACE=1h bridge subscriptions rotate-secret 3f0c6a52-… -o json`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			return store.RotateSecret(cmd.Context(), id)
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			return subs.RotateSecret(cmd.Context(), id)
 		})
 	return c
 }
@@ -227,8 +227,8 @@ func newSubDisableCmd() *cobra.Command {
 	var reason string
 	c, _ := subIDCmd("disable ID [--reason TEXT]", "Stop delivering to a subscription (its deliveries wait, pending)",
 		`  bridge subscriptions disable 3f0c6a52-… --reason "endpoint migration"`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			return store.Disable(cmd.Context(), id, reason)
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			return subs.Disable(cmd.Context(), id, reason)
 		})
 	c.Flags().StringVar(&reason, "reason", "", "why (shown by show and list)")
 	return c
@@ -238,8 +238,8 @@ func newSubEnableCmd() *cobra.Command {
 	c, _ := subIDCmd("enable ID", "Resume delivering to a subscription and reset its failure count",
 		`  bridge subscriptions enable 3f0c6a52-…
   bridge deliveries revive --subscription 3f0c6a52-… --dead   # then retry what died`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			return store.Enable(cmd.Context(), id)
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			return subs.Enable(cmd.Context(), id)
 		})
 	return c
 }
@@ -249,11 +249,11 @@ func newSubDeleteCmd() *cobra.Command {
 	var c *cobra.Command
 	c, out = subIDCmd("delete ID", "Delete a subscription with its secrets, deliveries and attempt log",
 		`  bridge subscriptions delete 3f0c6a52-…`,
-		func(cmd *cobra.Command, store *webhook.SubscriptionStore, id string) (*webhook.Subscription, error) {
-			if err := store.Delete(cmd.Context(), id); err != nil {
+		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
+			if err := subs.Delete(cmd.Context(), id); err != nil {
 				return nil, err
 			}
-			id, _ = webhook.ParseID(id)
+			id, _ = store.ParseID(id)
 			if *out == "json" {
 				return nil, printJSON(cmd.OutOrStdout(), map[string]any{"id": id, "deleted": true})
 			}
@@ -263,7 +263,7 @@ func newSubDeleteCmd() *cobra.Command {
 	return c
 }
 
-func printSubscription(w io.Writer, format string, s *webhook.Subscription) error {
+func printSubscription(w io.Writer, format string, s *store.Subscription) error {
 	if format == "json" {
 		return printJSON(w, s)
 	}

@@ -7,14 +7,19 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Log configures logging.
@@ -44,9 +49,14 @@ type Database struct {
 	// DATABASE_URL: PostgreSQL connection string (URL or key=value form).
 	// Required.
 	URL string `env:"DATABASE_URL,required" secret:"url"`
-	// DATABASE_CONNECT_TIMEOUT: how long to wait for the first connection.
-	// Default 10s.
-	ConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"10s"`
+	// DATABASE_CONNECT_TIMEOUT: how long a long-running command (relay,
+	// consume, deliver, run) keeps retrying its first connections to
+	// PostgreSQL and Kafka, with /healthz up and /readyz not ready, before it
+	// exits 1; 0 waits forever. A process started during a database failover
+	// then waits it out instead of exiting into a supervisor's restart loop.
+	// Operator commands try once, for at most 10s (or this, if shorter).
+	// Default 3m.
+	ConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"3m"`
 	// DATABASE_MAX_CONNS: pool size. Default 10.
 	MaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"10"`
 }
@@ -64,13 +74,56 @@ func (c Database) validate() error {
 			return fieldError("DATABASE_URL", RedactURL(c.URL), "scheme must be postgres:// or postgresql://")
 		}
 	}
-	if c.ConnectTimeout <= 0 {
-		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must be positive")
+	// Parsed here as Connect parses it, so every command (bridge config
+	// included) refuses 'not a url' with exit 2 before connecting.
+	if _, err := c.PoolConfig(); err != nil {
+		return err
+	}
+	if c.ConnectTimeout < 0 {
+		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must not be negative (0 waits forever)")
 	}
 	if c.MaxConns < 2 {
 		return fieldError("DATABASE_MAX_CONNS", fmt.Sprint(c.MaxConns), "must be at least 2")
 	}
 	return nil
+}
+
+// PoolConfig parses DATABASE_URL (URL or key=value form) as pgxpool does.
+// A parse error names the variable and never echoes the password.
+func (c Database) PoolConfig() (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fieldError("DATABASE_URL", RedactURL(c.URL), "cannot be parsed: "+redactParseError(err))
+	}
+	return pcfg, nil
+}
+
+func redactParseError(err error) string {
+	// pgconn's parse errors quote the DSN; do not echo it back.
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if u := errors.Unwrap(pe); u != nil {
+			return u.Error()
+		}
+		return "invalid connection string"
+	}
+	return err.Error()
+}
+
+// checkPort says what is wrong with a TCP port, or "" when it is one: a
+// number from 1 (0 too when zeroOK: any free port) to 65535. Checked here
+// so HTTP_ADDR=:99999 is refused with exit 2 instead of failing at listen.
+func checkPort(port string, zeroOK bool) string {
+	n, err := strconv.Atoi(port)
+	switch {
+	case err != nil || port == "" || strings.TrimLeft(port, "0123456789") != "":
+		return fmt.Sprintf("port %q is not a number", port)
+	case n > 65535:
+		return fmt.Sprintf("port %d is out of range (at most 65535)", n)
+	case n == 0 && !zeroOK:
+		return "port 0 is not a port to connect to"
+	}
+	return ""
 }
 
 // Kafka configures the connection to the Kafka cluster, shared by every
@@ -99,6 +152,11 @@ type Kafka struct {
 	// KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: SASL credentials.
 	SASLUsername string `env:"KAFKA_SASL_USERNAME" secret:"value"`
 	SASLPassword string `env:"KAFKA_SASL_PASSWORD" secret:"value"`
+	// KAFKA_LOG_LEVEL: the Kafka client's own log lines: debug, info, warn,
+	// error or none, each logged at its own level (LOG_LEVEL still applies).
+	// Default: every client level one step down on ours (its INFO, the
+	// heartbeats and rebalances, is our DEBUG).
+	LogLevel string `env:"KAFKA_LOG_LEVEL"`
 }
 
 // Validate checks the Kafka settings; requireBrokers is true for commands
@@ -113,6 +171,14 @@ func (c Kafka) Validate(requireBrokers bool) error {
 		if err != nil || host == "" || port == "" {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q is not host:port", b))
 		}
+		if p := checkPort(port, false); p != "" {
+			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
+		}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "", "debug", "info", "warn", "warning", "error", "none":
+	default:
+		return fieldError("KAFKA_LOG_LEVEL", c.LogLevel, "must be one of debug, info, warn, error, none")
 	}
 	switch c.SASLMechanism {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
@@ -128,7 +194,8 @@ func (c Kafka) Validate(requireBrokers bool) error {
 	return nil
 }
 
-// HTTP configures the operational HTTP server (health, metrics, admin API).
+// HTTP configures the operational HTTP server (health, metrics, admin API,
+// console).
 type HTTP struct {
 	// HTTP_ADDR: listen address for /healthz, /readyz, /metrics and the admin
 	// API; "off" disables the server. Default 127.0.0.1:8080.
@@ -136,6 +203,13 @@ type HTTP struct {
 	// ADMIN_TOKEN: bearer token for the admin API; empty serves only health
 	// and metrics.
 	AdminToken string `env:"ADMIN_TOKEN" secret:"value"`
+	// JAEGER_QUERY_URL: Jaeger query service the console reads traces from
+	// (GET /api/traces/<id>) to draw them itself, e.g. http://127.0.0.1:16686;
+	// empty: the console shows trace ids without drawing them.
+	JaegerQueryURL string `env:"JAEGER_QUERY_URL"`
+	// JAEGER_UI_URL: a Jaeger UI to link trace pages to (<url>/trace/<id>);
+	// empty: no link (the Jaeger scripts/services-up.sh builds has no UI).
+	JaegerUIURL string `env:"JAEGER_UI_URL"`
 }
 
 // HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
@@ -146,8 +220,20 @@ func (c HTTP) validate() error {
 	if c.Addr == "" || c.Addr == HTTPOff {
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	_, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
 		return fieldError("HTTP_ADDR", c.Addr, "is not host:port")
+	}
+	if p := checkPort(port, true); p != "" {
+		return fieldError("HTTP_ADDR", c.Addr, p)
+	}
+	for _, v := range []struct{ name, value string }{{"JAEGER_QUERY_URL", c.JaegerQueryURL}, {"JAEGER_UI_URL", c.JaegerUIURL}} {
+		if v.value == "" {
+			continue
+		}
+		if u, err := url.Parse(v.value); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fieldError(v.name, v.value, "must be an http:// or https:// URL")
+		}
 	}
 	return nil
 }
@@ -214,6 +300,33 @@ type Consumer struct {
 	DedupWindow time.Duration `env:"CONSUMER_DEDUP_WINDOW" envDefault:"168h"`
 	// CONSUMER_MAX_POLL_RECORDS: records per poll, one transaction each. Default 500.
 	MaxPollRecords int `env:"CONSUMER_MAX_POLL_RECORDS" envDefault:"500"`
+	// CONSUMER_SESSION_TIMEOUT: how long the group coordinator keeps a
+	// member that stopped heartbeating (a SIGKILLed or cut-off consumer)
+	// before handing its partitions to the others, so the stall after a
+	// crash is about this long. Must lie within the broker's
+	// group.min.session.timeout.ms and group.max.session.timeout.ms (6s and
+	// 30m by default). Classic protocol only: with
+	// CONSUMER_GROUP_PROTOCOL=consumer the broker's
+	// group.consumer.session.timeout.ms decides (45s by default). Default 10s.
+	SessionTimeout time.Duration `env:"CONSUMER_SESSION_TIMEOUT" envDefault:"10s"`
+	// CONSUMER_REBALANCE_TIMEOUT: how long members may take to rejoin once a
+	// rebalance began. The batch in flight holds the rebalance until it is
+	// committed, so it must finish within this; a member that does not is
+	// removed and its batch is redelivered (and deduplicated). Default 30s.
+	RebalanceTimeout time.Duration `env:"CONSUMER_REBALANCE_TIMEOUT" envDefault:"30s"`
+	// CONSUMER_INSTANCE_ID: static group membership (Kafka's
+	// group.instance.id), unique per replica, stable across its restarts
+	// (e.g. a StatefulSet's pod name): a replica restarted within
+	// CONSUMER_SESSION_TIMEOUT gets its partitions back without a rebalance.
+	// A static member does not leave the group when it stops, so its
+	// partitions pause until it is back or the session times out. Empty
+	// (the default): dynamic membership.
+	InstanceID string `env:"CONSUMER_INSTANCE_ID"`
+	// CONSUMER_GROUP_PROTOCOL: classic (JoinGroup/SyncGroup, the members
+	// assign partitions) or consumer (KIP-848: the broker assigns them and
+	// reconciles member by member, with no stop-the-world rebalance; needs
+	// Kafka 4.0+, and an older broker gets classic). Default classic.
+	GroupProtocol string `env:"CONSUMER_GROUP_PROTOCOL" envDefault:"classic"`
 }
 
 // Validate checks the consumer settings; requireTopics is true for commands
@@ -230,6 +343,17 @@ func (c Consumer) Validate(requireTopics bool) error {
 	}
 	if c.MaxPollRecords < 1 {
 		return fieldError("CONSUMER_MAX_POLL_RECORDS", fmt.Sprint(c.MaxPollRecords), "must be positive")
+	}
+	if c.SessionTimeout < time.Second {
+		return fieldError("CONSUMER_SESSION_TIMEOUT", c.SessionTimeout.String(), "must be at least 1s")
+	}
+	if c.RebalanceTimeout < time.Second {
+		return fieldError("CONSUMER_REBALANCE_TIMEOUT", c.RebalanceTimeout.String(), "must be at least 1s")
+	}
+	switch c.GroupProtocol {
+	case "classic", "consumer":
+	default:
+		return fieldError("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, "must be classic or consumer")
 	}
 	return nil
 }
@@ -348,6 +472,13 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s=%q %s", e.Var, e.Value, e.Problem)
 }
 
+// problemUnset is the Problem of a required variable that is not set.
+const problemUnset = "is required but not set"
+
+// Unset reports whether the error is a required variable left unset (as
+// opposed to one set to something wrong).
+func (e *Error) Unset() bool { return e.Problem == problemUnset }
+
 func fieldError(name, value, problem string) error {
 	return &Error{Var: name, Value: value, Problem: problem}
 }
@@ -363,10 +494,11 @@ type Needs struct {
 // process environment) and validates what the command needs.
 func Load(environ map[string]string, needs Needs) (*Config, error) {
 	var cfg Config
-	opts := env.Options{}
-	if environ != nil {
-		opts.Environment = environ
+	environ, err := normalizeLists(environ)
+	if err != nil {
+		return nil, err
 	}
+	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
 	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook}
@@ -399,6 +531,56 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 		cfg.Kafka.Brokers[i] = strings.TrimSpace(b)
 	}
 	return &cfg, nil
+}
+
+// normalizeLists returns environ (nil: the process environment) with every
+// list variable (a field with an envSeparator) trimmed around its commas.
+// Every list is read alike: 'a, b' is a and b whether the items are CIDRs,
+// durations or topics (the duration parser used to refuse ' 2s' while the
+// CIDR list trimmed it), and an empty item ('a,,b', a trailing comma) is
+// refused naming the variable instead of being kept or dropped silently.
+func normalizeLists(environ map[string]string) (map[string]string, error) {
+	if environ == nil {
+		environ = map[string]string{}
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				environ[k] = v
+			}
+		}
+	} else {
+		environ = maps.Clone(environ)
+	}
+	for _, name := range listVars() {
+		raw, ok := environ[name]
+		if !ok || strings.TrimSpace(raw) == "" {
+			continue
+		}
+		items := strings.Split(raw, ",")
+		for i, it := range items {
+			items[i] = strings.TrimSpace(it)
+			if items[i] == "" {
+				return nil, fieldError(name, raw, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
+			}
+		}
+		environ[name] = strings.Join(items, ",")
+	}
+	return environ, nil
+}
+
+// listVars are the variables read as comma-separated lists.
+func listVars() []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		st := t.Field(i).Type
+		for j := 0; j < st.NumField(); j++ {
+			f := st.Field(j)
+			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 func isOnlyUnset(err error) bool {
@@ -443,7 +625,7 @@ func describe(err error, part any) error {
 	}
 	var unset env.VarIsNotSetError
 	if errors.As(err, &unset) {
-		return fieldError(unset.Key, "", "is required but not set")
+		return fieldError(unset.Key, "", problemUnset)
 	}
 	var empty env.EmptyVarError
 	if errors.As(err, &empty) {

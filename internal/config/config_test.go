@@ -102,6 +102,8 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"LOG_FORMAT", "xml", config.Needs{}, "text or json"},
 		{"LOG_LEVEL", "loud", config.Needs{}, "debug, info, warn, error"},
 		{"HTTP_ADDR", "8080", config.Needs{}, "host:port"},
+		{"JAEGER_QUERY_URL", "127.0.0.1:16686", config.Needs{}, "http:// or https:// URL"},
+		{"JAEGER_UI_URL", "ftp://jaeger", config.Needs{}, "http:// or https:// URL"},
 		{"KAFKA_BROKERS", "nohostport", config.Needs{}, "host:port"},
 		{"KAFKA_BROKERS", "127.0.0.1:9092,nohostport", config.Needs{Kafka: true}, "nohostport"},
 		{"KAFKA_BROKERS", "", config.Needs{Kafka: true}, "required"},
@@ -110,8 +112,21 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"CONSUMER_TOPICS", "", config.Needs{Topics: true}, "required"},
 		{"CONSUMER_MAX_POLL_RECORDS", "many", config.Needs{}, "int"},
 		{"DATABASE_URL", "mysql://root@db/app", config.Needs{Database: true}, "postgres://"},
-		{"DATABASE_CONNECT_TIMEOUT", "0s", config.Needs{Database: true}, "positive"},
+		{"DATABASE_CONNECT_TIMEOUT", "-1s", config.Needs{Database: true}, "must not be negative"},
+		{"CONSUMER_SESSION_TIMEOUT", "500ms", config.Needs{}, "at least 1s"},
+		{"CONSUMER_REBALANCE_TIMEOUT", "soon", config.Needs{}, "duration"},
+		{"CONSUMER_GROUP_PROTOCOL", "eager", config.Needs{}, "classic or consumer"},
 		{"DATABASE_MAX_CONNS", "lots", config.Needs{Database: true}, "int"},
+		{"DATABASE_URL", "not a url", config.Needs{Database: true}, "cannot be parsed"},
+		{"HTTP_ADDR", ":99999", config.Needs{}, "out of range"},
+		{"HTTP_ADDR", "127.0.0.1:http", config.Needs{}, "not a number"},
+		{"KAFKA_BROKERS", "k1:70000", config.Needs{}, "out of range"},
+		{"KAFKA_BROKERS", "k1:0", config.Needs{}, "port 0"},
+		{"CONSUMER_TOPICS", "a,,b", config.Needs{}, "empty item (item 2 of 3)"},
+		{"CONSUMER_TOPICS", "a,b,", config.Needs{Topics: true}, "empty item"},
+		{"KAFKA_BROKERS", "k1:9092, ,k2:9092", config.Needs{}, "empty item"},
+		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s", config.Needs{}, "empty item"},
+		{"WEBHOOK_ALLOWED_CIDRS", ",127.0.0.0/8", config.Needs{}, "empty item"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
@@ -122,6 +137,34 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 				t.Errorf("message %q does not say %q", err, tt.wantInMessage)
 			}
 		})
+	}
+}
+
+// Every list variable trims the spaces around its commas, whatever its
+// items are; HTTP_ADDR port 0 (any free port) stays allowed.
+func TestLoadListsTrimmedAlike(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(env(map[string]string{
+		"WEBHOOK_ALLOWED_CIDRS":  "127.0.0.0/8, ::1/128",
+		"WEBHOOK_RETRY_SCHEDULE": "1s, 2s",
+		"KAFKA_BROKERS":          "k1:9092 , k2:9092",
+		"CONSUMER_TOPICS":        " a , b",
+		"HTTP_ADDR":              "127.0.0.1:0",
+	}), config.Needs{Database: true, Kafka: true, Topics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Webhook.RetrySchedule; len(got) != 2 || got[0] != time.Second || got[1] != 2*time.Second {
+		t.Errorf("WEBHOOK_RETRY_SCHEDULE = %v", got)
+	}
+	if got := strings.Join(cfg.Webhook.AllowedCIDRs, "|"); got != "127.0.0.0/8|::1/128" {
+		t.Errorf("WEBHOOK_ALLOWED_CIDRS = %q", got)
+	}
+	if got := strings.Join(cfg.Kafka.Brokers, "|"); got != "k1:9092|k2:9092" {
+		t.Errorf("KAFKA_BROKERS = %q", got)
+	}
+	if got := strings.Join(cfg.Consumer.Topics, "|"); got != "a|b" {
+		t.Errorf("CONSUMER_TOPICS = %q", got)
 	}
 }
 
@@ -162,6 +205,10 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         cfg.Consumer.Group,
 		"CONSUMER_DEDUP_WINDOW":                  cfg.Consumer.DedupWindow,
 		"CONSUMER_MAX_POLL_RECORDS":              cfg.Consumer.MaxPollRecords,
+		"CONSUMER_SESSION_TIMEOUT":               cfg.Consumer.SessionTimeout,
+		"CONSUMER_REBALANCE_TIMEOUT":             cfg.Consumer.RebalanceTimeout,
+		"CONSUMER_INSTANCE_ID":                   cfg.Consumer.InstanceID,
+		"CONSUMER_GROUP_PROTOCOL":                cfg.Consumer.GroupProtocol,
 		"WEBHOOK_RETRY_SCHEDULE":                 cfg.Webhook.RetrySchedule,
 		"WEBHOOK_DISABLE_AFTER":                  cfg.Webhook.DisableAfter,
 		"WEBHOOK_TIMEOUT":                        cfg.Webhook.Timeout,
@@ -175,7 +222,7 @@ func TestLoadDefaults(t *testing.T) {
 	want := map[string]any{
 		"LOG_LEVEL":                              "info",
 		"LOG_FORMAT":                             "text",
-		"DATABASE_CONNECT_TIMEOUT":               10 * time.Second,
+		"DATABASE_CONNECT_TIMEOUT":               3 * time.Minute,
 		"DATABASE_MAX_CONNS":                     int32(10),
 		"KAFKA_BROKERS":                          0,
 		"KAFKA_CLIENT_ID":                        "outbox-bridge",
@@ -195,6 +242,10 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         "outbox-bridge",
 		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
 		"CONSUMER_MAX_POLL_RECORDS":              500,
+		"CONSUMER_SESSION_TIMEOUT":               10 * time.Second,
+		"CONSUMER_REBALANCE_TIMEOUT":             30 * time.Second,
+		"CONSUMER_INSTANCE_ID":                   "",
+		"CONSUMER_GROUP_PROTOCOL":                "classic",
 		"WEBHOOK_RETRY_SCHEDULE":                 []time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
 		"WEBHOOK_DISABLE_AFTER":                  5,
 		"WEBHOOK_TIMEOUT":                        15 * time.Second,
@@ -272,30 +323,10 @@ func TestDocumentedDefaultsMatchLoad(t *testing.T) {
 		if documented == "none" {
 			documented = ""
 		}
-		if !sameSetting(documented, value) {
+		if !config.SameSetting(documented, value) {
 			t.Errorf("%s: documented default %q, Load gives %q (doc: %q)", v, documented, value, doc)
 		}
 	}
-}
-
-// sameSetting compares a documented value with an effective one, treating
-// durations (and lists of them) by value: "30m" == "30m0s".
-func sameSetting(documented, effective string) bool {
-	if documented == effective {
-		return true
-	}
-	ds, es := strings.Split(documented, ","), strings.Split(effective, ",")
-	if len(ds) != len(es) {
-		return false
-	}
-	for i := range ds {
-		dd, err1 := time.ParseDuration(ds[i])
-		ed, err2 := time.ParseDuration(es[i])
-		if err1 != nil || err2 != nil || dd != ed {
-			return false
-		}
-	}
-	return true
 }
 
 // documentedVars maps each variable named at the start of a field comment in

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
@@ -57,6 +58,9 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Consumer, error)
 	if len(cfg.Topics) == 0 {
 		return nil, &config.Error{Var: "CONSUMER_TOPICS", Problem: "is required (comma-separated topic list)"}
 	}
+	if cfg.GroupProtocol != "classic" && cfg.GroupProtocol != "consumer" {
+		return nil, &config.Error{Var: "CONSUMER_GROUP_PROTOCOL", Value: cfg.GroupProtocol, Problem: "must be classic or consumer"}
+	}
 	topicOpts, err := topicOptions(cfg.Topics)
 	if err != nil {
 		return nil, err
@@ -92,7 +96,24 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Consumer, error)
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) {
 			c.logger.Debug("a rebalance is waiting for the batch in flight")
 		}),
+		// franz-go's 45s default keeps a SIGKILLed member's partitions
+		// idle for 45s, and twice that when it was the group leader (the
+		// survivors wait in SyncGroup for the dead leader, then rejoin).
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.heartbeatInterval()),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if cfg.GroupProtocol == "consumer" {
+		// KIP-848 (franz-go's opt-in since v1.22): the broker assigns
+		// partitions with its "uniform" assignor (our first balancer is
+		// cooperative-sticky). franz-go falls back to classic by itself
+		// when the broker lacks the v1 ConsumerGroupHeartbeat API.
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	opts = append(opts, cfg.groupOpts...)
 	c.client, err = kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka consumer: %w", err)
@@ -163,7 +184,7 @@ func topicOptions(topics []string) ([]kgo.Opt, error) {
 		kgo.ConsumeTopics(exprs...),
 		kgo.ConsumeRegex(),
 		// Consuming our own dead letters would dead-letter them again.
-		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(DeadLetterSuffix) + "$"),
+		kgo.ConsumeExcludeTopics(regexp.QuoteMeta(contract.DeadLetterSuffix) + "$"),
 	}, nil
 }
 
@@ -175,7 +196,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("consumer: Run called twice")
 	}
 	defer c.Close()
-	c.logger.InfoContext(ctx, "consumer started", "topics", c.cfg.Topics, "max_poll_records", c.cfg.MaxPollRecords)
+	c.logger.InfoContext(ctx, "consumer started", "topics", c.cfg.Topics, "max_poll_records", c.cfg.MaxPollRecords,
+		"group_protocol", c.cfg.GroupProtocol, "session_timeout", c.cfg.SessionTimeout, "instance_id", c.cfg.InstanceID)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -344,7 +366,7 @@ func (c *Consumer) finish(ctx context.Context, span trace.Span, ev *event, err e
 		span.SetAttributes(attribute.String("bridge.dlq_reason", ev.badReason))
 		span.SetStatus(codes.Error, "dead-lettered: "+ev.badReason)
 		c.stats.deadLettered.Add(1)
-		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+DeadLetterSuffix)
+		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+contract.DeadLetterSuffix)
 	case ev.duplicate:
 		span.SetAttributes(attribute.Bool("bridge.duplicate", true))
 		c.stats.duplicates.Add(1)
@@ -370,12 +392,12 @@ func (c *Consumer) deadLetter(ctx context.Context, evs []*event, ctxs []context.
 		hs := make([]kgo.RecordHeader, 0, len(r.Headers)+4)
 		hs = append(hs, r.Headers...)
 		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(ev.badReason)},
-			kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+			kgo.RecordHeader{Key: contract.HeaderDLQReason, Value: []byte(ev.badReason)},
+			kgo.RecordHeader{Key: contract.HeaderDLQTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: contract.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: contract.HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		)
-		recs = append(recs, &kgo.Record{Topic: r.Topic + DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+		recs = append(recs, &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
 		which = append(which, ev)
 	}
 	if len(recs) == 0 {

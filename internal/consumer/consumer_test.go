@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/testkit"
@@ -44,7 +45,7 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 		}
 		tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 		created := b.record("a1", "order.created", 1, `{"n":1}`)
-		created.Headers = append(created.Headers, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(tp)})
+		created.Headers = append(created.Headers, kgo.RecordHeader{Key: contract.HeaderTraceparent, Value: []byte(tp)})
 		created.Timestamp = time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
 		recs := []*kgo.Record{
 			created,
@@ -86,7 +87,7 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dedup, _ := header(created, HeaderDedupID)
+		dedup, _ := header(created, contract.HeaderDedupID)
 		switch {
 		case eventID != dedup, eventType != "order.created", topic != b.topic, status != "pending":
 			t.Errorf("delivery = (%s, %s, %s, %s), want (%s, order.created, %s, pending)", eventID, eventType, topic, status, dedup, b.topic)
@@ -234,7 +235,7 @@ func TestSameDedupIDProducedTwiceYieldsOneDeliveryPerSubscription(t *testing.T) 
 			return testkit.Unless(s.Records == 5, "stats %+v", s)
 		})
 		for _, r := range []*kgo.Record{x, z, marker} {
-			id, _ := header(r, HeaderDedupID)
+			id, _ := header(r, contract.HeaderDedupID)
 			if got := b.count(t, `SELECT count(*) FROM bridge.deliveries WHERE event_id = $1`, id); got != 2 {
 				t.Errorf("event %s has %d deliveries, want 2 (one per subscription)", id, got)
 			}
@@ -249,7 +250,7 @@ func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
 	t.Parallel()
 	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
 		b := setup(t, be, 1)
-		b.createTopic(t, b.topic+DeadLetterSuffix, 1)
+		b.createTopic(t, b.topic+contract.DeadLetterSuffix, 1)
 		b.subscribe(t, []string{"*"}, nil, true)
 
 		good1 := b.record("a", "order.created", 1, `{"i":1}`)
@@ -266,15 +267,15 @@ func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
 		stop, _ := start(t, c)
 		b.waitDeliveries(t, 3, 60*time.Second)
 		for _, r := range []*kgo.Record{good1, good2, good3} {
-			id, _ := header(r, HeaderDedupID)
+			id, _ := header(r, contract.HeaderDedupID)
 			if b.count(t, `SELECT count(*) FROM bridge.deliveries WHERE event_id = $1`, id) != 1 {
 				t.Errorf("record at offset %d has no delivery", r.Offset)
 			}
 		}
 
-		dead := kafkatest.ConsumeAll(t, b.brokers, b.topic+DeadLetterSuffix, 4, 30*time.Second)
+		dead := kafkatest.ConsumeAll(t, b.brokers, b.topic+contract.DeadLetterSuffix, 4, 30*time.Second)
 		if len(dead) != 4 {
-			t.Fatalf("%d records in %s, want 4", len(dead), b.topic+DeadLetterSuffix)
+			t.Fatalf("%d records in %s, want 4", len(dead), b.topic+contract.DeadLetterSuffix)
 		}
 		wantReason := map[int64]string{
 			notJSON.Offset: "value is not valid JSON",
@@ -284,7 +285,7 @@ func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
 		}
 		byOffset := map[int64]*kgo.Record{notJSON.Offset: notJSON, badSeq.Offset: badSeq, nul.Offset: nul, noType.Offset: noType}
 		for _, d := range dead {
-			offStr, _ := header(d, HeaderDLQOffset)
+			offStr, _ := header(d, contract.HeaderDLQOffset)
 			var off int64
 			fmt.Sscan(offStr, &off)
 			orig, ok := byOffset[off]
@@ -292,11 +293,11 @@ func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
 				t.Errorf("unexpected dead letter for offset %q", offStr)
 				continue
 			}
-			reason, _ := header(d, HeaderDLQReason)
+			reason, _ := header(d, contract.HeaderDLQReason)
 			if !strings.HasPrefix(reason, wantReason[off]) {
 				t.Errorf("offset %d: dlq-reason %q, want prefix %q", off, reason, wantReason[off])
 			}
-			if src, _ := header(d, HeaderDLQTopic); src != b.topic {
+			if src, _ := header(d, contract.HeaderDLQTopic); src != b.topic {
 				t.Errorf("offset %d: dlq-topic %q", off, src)
 			}
 			if string(d.Key) != string(orig.Key) || string(d.Value) != string(orig.Value) {
@@ -333,7 +334,7 @@ func TestMissingDedupIDFallsBackToTopicPartitionOffset(t *testing.T) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		foreign := &kgo.Record{
 			Topic: b.topic, Key: []byte("asset-9"), Value: []byte(`{"foreign":true}`),
-			Headers: []kgo.RecordHeader{{Key: HeaderEventType, Value: []byte("thing.happened")}},
+			Headers: []kgo.RecordHeader{{Key: contract.HeaderEventType, Value: []byte("thing.happened")}},
 		}
 		b.produce(t, foreign)
 		c := b.newConsumer(t, nil)

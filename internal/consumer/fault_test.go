@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
@@ -20,7 +21,7 @@ import (
 func TestDeadLetterIsAcknowledgedBeforeTheOffsetCommit(t *testing.T) {
 	t.Parallel()
 	topic := "events"
-	cluster := kafkatest.Fake(t, kfake.SeedTopics(1, topic, topic+DeadLetterSuffix))
+	cluster := kafkatest.Fake(t, kfake.SeedTopics(1, topic, topic+contract.DeadLetterSuffix))
 	b := &testBundle{db: pgtest.New(t), brokers: cluster.ListenAddrs(), topic: topic, group: "bridge"}
 	producer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
 	if err != nil {
@@ -32,7 +33,7 @@ func TestDeadLetterIsAcknowledgedBeforeTheOffsetCommit(t *testing.T) {
 
 	refuse := cluster.Fault(kfake.Fault{
 		Keys:  []kmsg.Key{kmsg.Produce},
-		Topic: topic + DeadLetterSuffix,
+		Topic: topic + contract.DeadLetterSuffix,
 		Err:   kerr.TopicAuthorizationFailed,
 		Count: -1,
 	})
@@ -66,7 +67,7 @@ func TestDeadLetterIsAcknowledgedBeforeTheOffsetCommit(t *testing.T) {
 		off := b.committed(t)
 		return testkit.Unless(off[0] == 3, "committed %v", off)
 	})
-	if dead := kafkatest.ConsumeAll(t, b.brokers, topic+DeadLetterSuffix, 1, 10*time.Second); len(dead) != 1 || string(dead[0].Value) != "not json" {
+	if dead := kafkatest.ConsumeAll(t, b.brokers, topic+contract.DeadLetterSuffix, 1, 10*time.Second); len(dead) != 1 || string(dead[0].Value) != "not json" {
 		t.Errorf("dead-letter topic holds %d records, want the one bad record", len(dead))
 	}
 	if s := c.Stats(); s.DeadLettered != 1 || s.Deliveries != 2 {

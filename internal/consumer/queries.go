@@ -1,14 +1,8 @@
 package consumer
 
-// The consumer's SQL, one place each.
-
-// selectSubscriptions reads every subscription's routing rule. It runs inside
-// the batch's transaction, so one batch is routed against one consistent set;
-// Filter.Matches decides (disabled ones included), so the rule lives in Go in
-// one place. The table holds one row per endpoint, not per event: small.
-const selectSubscriptions = `
-SELECT id, enabled, event_types, coalesce(topic, '')
-FROM bridge.subscriptions`
+// The consumer's SQL over its own table, bridge.consumer_inbox. The
+// subscriptions it routes by and the deliveries it writes go through the
+// delivery store (internal/delivery/store).
 
 // insertInbox records each new record's dedup id; RETURNING lists the ones
 // that were not there yet. A conflict means an earlier transaction (this
@@ -29,31 +23,6 @@ FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[])
 ORDER BY r.dedup_id
 ON CONFLICT (dedup_id) DO NOTHING
 RETURNING dedup_id`
-
-// insertDeliveries writes one delivery per (event, subscription) pair in one
-// statement: $1..$9 are the events (each payload sent once), $10/$11 the
-// pairs as (event index, subscription id), in record order. ORDER BY m.ord
-// makes the seq default (nextval, evaluated above the sort) follow that
-// order, so a (subscription, asset) stream's seq is Kafka's partition order.
-// ON CONFLICT covers a record seen again after its inbox row was pruned while
-// its deliveries still exist.
-const insertDeliveries = `
-WITH ev AS (
-  SELECT *
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-              $6::text[], $7::timestamptz[], $8::text[], $9::text[])
-    WITH ORDINALITY AS e(event_id, event_type, topic, asset_id, asset_seq,
-                         payload, event_created_at, traceparent, tracestate, idx)
-), m AS (
-  SELECT * FROM unnest($10::bigint[], $11::uuid[]) WITH ORDINALITY AS m(idx, subscription_id, ord)
-)
-INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq,
-                               payload, event_created_at, traceparent, tracestate)
-SELECT m.subscription_id, ev.event_id, ev.event_type, ev.topic, ev.asset_id, ev.asset_seq,
-       ev.payload::jsonb, ev.event_created_at, ev.traceparent, ev.tracestate
-FROM m JOIN ev ON ev.idx = m.idx
-ORDER BY m.ord
-ON CONFLICT (subscription_id, event_id) DO NOTHING`
 
 // pruneInbox deletes up to $2 inbox rows received more than $1 seconds ago
 // (by the database's clock, the one that wrote received_at). SKIP LOCKED

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/pgtest"
@@ -19,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) != "" {
+		os.Exit(runMember())
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -120,10 +125,10 @@ func (b *testBundle) record(asset, eventType string, assetSeq int64, payload str
 		Key:   []byte(asset),
 		Value: []byte(payload),
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderDedupID, Value: []byte(uuid.NewString())},
-			{Key: HeaderEventType, Value: []byte(eventType)},
-			{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(assetSeq, 10))},
-			{Key: HeaderContentType, Value: []byte("application/json")},
+			{Key: contract.HeaderDedupID, Value: []byte(uuid.NewString())},
+			{Key: contract.HeaderEventType, Value: []byte(eventType)},
+			{Key: contract.HeaderAssetSeq, Value: []byte(strconv.FormatInt(assetSeq, 10))},
+			{Key: contract.HeaderContentType, Value: []byte("application/json")},
 		},
 	}
 }

@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // subscription is one row of bridge.subscriptions as the router sees it.
 type subscription struct {
 	id     string
-	filter Filter
+	filter contract.Filter
 }
 
 // outcome is what storing did with one event; applied to the events only
@@ -117,17 +119,13 @@ func (c *Consumer) storeIsolated(ctx context.Context, evs []*event) ([]outcome, 
 }
 
 func loadSubscriptions(ctx context.Context, q queryer) ([]subscription, error) {
-	rows, err := q.Query(ctx, selectSubscriptions)
+	routes, err := store.Routes(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("load subscriptions: %w", err)
+		return nil, err
 	}
-	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (subscription, error) {
-		var s subscription
-		err := row.Scan(&s.id, &s.filter.Enabled, &s.filter.EventTypes, &s.filter.Topic)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load subscriptions: %w", err)
+	subs := make([]subscription, len(routes))
+	for i, r := range routes {
+		subs[i] = subscription{id: r.ID, filter: contract.Filter{Enabled: r.Enabled, EventTypes: r.EventTypes, Topic: r.Topic}}
 	}
 	return subs, nil
 }
@@ -155,7 +153,7 @@ func insertEvents(ctx context.Context, q queryer, evs []*event, outs []outcome, 
 		fresh[id] = true
 	}
 
-	var d deliveryArrays
+	var f store.Fanout
 	for i, ev := range evs {
 		if !fresh[ev.dedupID] {
 			continue
@@ -167,52 +165,16 @@ func insertEvents(ctx context.Context, q queryer, evs []*event, outs []outcome, 
 				continue
 			}
 			if idx == 0 {
-				idx = d.addEvent(ev)
+				idx = f.AddEvent(store.Event{
+					ID: ev.dedupID, Type: ev.eventType, Topic: ev.rec.Topic, AssetID: ev.assetID, AssetSeq: ev.assetSeq,
+					Payload: ev.payload, CreatedAt: ev.createdAt, Traceparent: ev.traceparent, Tracestate: ev.tracestate,
+				})
 			}
-			d.pairEvent = append(d.pairEvent, idx)
-			d.pairSub = append(d.pairSub, s.id)
+			f.Deliver(idx, s.id)
 			outs[i].deliveries++
 		}
 	}
-	if len(d.pairEvent) == 0 {
-		return nil
-	}
-	if _, err := q.Exec(ctx, insertDeliveries, d.eventID, d.eventType, d.topic, d.assetID, d.assetSeq,
-		d.payload, d.createdAt, d.traceparent, d.tracestate, d.pairEvent, d.pairSub); err != nil {
-		return fmt.Errorf("insert deliveries: %w", err)
-	}
-	return nil
-}
-
-// deliveryArrays are insertDeliveries' parameters: the events that have at
-// least one delivery, and the (event, subscription) pairs in record order.
-type deliveryArrays struct {
-	eventID, eventType, topic, payload []string
-	assetID, traceparent, tracestate   []*string
-	assetSeq                           []*int64
-	createdAt                          []time.Time
-	pairEvent                          []int64 // 1-based index into the event arrays
-	pairSub                            []string
-}
-
-func (d *deliveryArrays) addEvent(ev *event) int64 {
-	d.eventID = append(d.eventID, ev.dedupID)
-	d.eventType = append(d.eventType, ev.eventType)
-	d.topic = append(d.topic, ev.rec.Topic)
-	d.payload = append(d.payload, ev.payload)
-	d.assetID = append(d.assetID, ev.assetID)
-	d.assetSeq = append(d.assetSeq, ev.assetSeq)
-	d.createdAt = append(d.createdAt, ev.createdAt)
-	d.traceparent = append(d.traceparent, nullable(ev.traceparent))
-	d.tracestate = append(d.tracestate, nullable(ev.tracestate))
-	return int64(len(d.eventID))
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
+	return store.Enqueue(ctx, q, &f)
 }
 
 // isDataException reports a PostgreSQL error of class 22 (data exception):

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/testkit"
@@ -29,9 +30,9 @@ const (
 )
 
 func withTrace(r *kgo.Record, traceparent, tracestate string) *kgo.Record {
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(traceparent)})
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderTraceparent, Value: []byte(traceparent)})
 	if tracestate != "" {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderTracestate, Value: []byte(tracestate)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderTracestate, Value: []byte(tracestate)})
 	}
 	return r
 }
@@ -58,7 +59,7 @@ func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 	t.Parallel()
 	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
 		b := setup(t, be, 1)
-		b.createTopic(t, b.topic+DeadLetterSuffix, 1)
+		b.createTopic(t, b.topic+contract.DeadLetterSuffix, 1)
 		b.subscribe(t, []string{"*"}, nil, true)
 		rec := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
@@ -80,7 +81,7 @@ func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 			spans = rec.Ended()
 			return testkit.Unless(len(spans) == 2, "%d ended spans", len(spans))
 		})
-		dedupID, _ := header(good, HeaderDedupID)
+		dedupID, _ := header(good, contract.HeaderDedupID)
 		var process sdktrace.ReadOnlySpan
 		for _, s := range spans {
 			if attrs := attrMap(s.Attributes()); attrs["messaging.message.id"] == dedupID {
@@ -126,7 +127,7 @@ func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 		}
 
 		// Log lines about a record carry its trace and its dedup id.
-		badID, _ := header(bad, HeaderDedupID)
+		badID, _ := header(bad, contract.HeaderDedupID)
 		var line map[string]any
 		testkit.Eventually(t, 10*time.Second, func() string {
 			for l := range strings.SplitSeq(logs.String(), "\n") {

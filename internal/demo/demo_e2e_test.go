@@ -19,11 +19,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxbridge/bridge/internal/cli"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/relay"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 func TestMain(m *testing.M) {
@@ -88,7 +88,7 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	}
 
 	ctx := context.Background()
-	subs, err := webhook.NewSubscriptionStore(db.Pool, true, 0).List(ctx)
+	subs, err := store.NewSubscriptionStore(db.Pool, true, 0).List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	// --keep: the database agrees with the summary. The poison is the one
 	// FAILED row of the topic; the disabled subscription's deliveries are
 	// all delivered.
-	failed, err := relay.ListFailed(ctx, db.Pool, sum.Topic, 10, false, 0)
+	failed, err := outboxstore.ListFailed(ctx, db.Pool, sum.Topic, 10, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	if len(subs) != 1 || subs[0].ID != sum.SubscriptionID || subs[0].Enabled {
 		t.Fatalf("subscriptions %+v, want the run's, disabled", subs)
 	}
-	page, err := webhook.NewDeliveryStore(db.Pool).List(ctx, webhook.ListParams{SubscriptionID: sum.SubscriptionID, Status: webhook.StatusDelivered, Limit: 1000})
+	page, err := store.NewDeliveryStore(db.Pool).List(ctx, store.ListParams{SubscriptionID: sum.SubscriptionID, Status: store.StatusDelivered, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestDemoCancelledMidRunReturnsSummarySoFar(t *testing.T) {
 	if d := time.Since(time.Unix(0, cancelTime.Load())); d > 10*time.Second {
 		t.Errorf("took %s from the cancel to the summary", d)
 	}
-	subs, err := webhook.NewSubscriptionStore(db.Pool, true, 0).List(context.Background())
+	subs, err := store.NewSubscriptionStore(db.Pool, true, 0).List(context.Background())
 	if err != nil || len(subs) != 0 {
 		t.Errorf("subscriptions left after a cancel: %v %+v", err, subs)
 	}

@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxbridge/bridge/internal/webhook"
+	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
 // request is one webhook as the deliverer would send it, signed with the
@@ -30,7 +32,7 @@ type request struct {
 func (r request) build(t *testing.T) *http.Request {
 	t.Helper()
 	seq := r.assetSeq
-	body, err := webhook.Envelope(r.id, "asset.version_published", r.asset, &seq, time.Now(), []byte(`{"version":2}`))
+	body, err := contract.NewEnvelope(r.id, "asset.version_published", r.asset, &seq, time.Now(), []byte(`{"version":2}`)).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func (r request) build(t *testing.T) *http.Request {
 	}
 	req := httptest.NewRequest(http.MethodPost, "/webhooks", nil)
 	if r.secret != "" {
-		sig, err := webhook.Sign([]string{r.secret}, r.id, at.Unix(), body)
+		sig, err := delivery.Sign([]string{r.secret}, r.id, at.Unix(), body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +78,7 @@ func newID() string { return uuid.NewString() }
 
 func TestReceiverSignatureCheck(t *testing.T) {
 	t.Parallel()
-	secret := webhook.NewSecret()
+	secret := store.NewSecret()
 	asset := "asset-0001"
 	cases := []struct {
 		name    string
@@ -88,7 +90,7 @@ func TestReceiverSignatureCheck(t *testing.T) {
 		{"body tampered after signing", request{secret: secret, tamper: func(b []byte) []byte {
 			return bytes.Replace(b, []byte(`"version":2`), []byte(`"version":3`), 1)
 		}}, http.StatusUnauthorized, 1},
-		{"signed with another secret", request{secret: webhook.NewSecret()}, http.StatusUnauthorized, 1},
+		{"signed with another secret", request{secret: store.NewSecret()}, http.StatusUnauthorized, 1},
 		{"no signature", request{}, http.StatusUnauthorized, 1},
 		{"timestamp an hour old", request{secret: secret, at: time.Now().Add(-time.Hour)}, http.StatusUnauthorized, 1},
 	}
@@ -119,7 +121,7 @@ func TestReceiverSignatureCheck(t *testing.T) {
 
 func TestReceiverOrderCheck(t *testing.T) {
 	t.Parallel()
-	secret := webhook.NewSecret()
+	secret := store.NewSecret()
 	a, b := "asset-a", "asset-b"
 	rv, err := NewReceiver(secret)
 	if err != nil {
@@ -165,7 +167,7 @@ func TestReceiverOrderCheck(t *testing.T) {
 
 func TestReceiverRecordsArrivalAndTrace(t *testing.T) {
 	t.Parallel()
-	secret := webhook.NewSecret()
+	secret := store.NewSecret()
 	rv, err := NewReceiver(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +185,7 @@ func TestReceiverRecordsArrivalAndTrace(t *testing.T) {
 
 func TestReceiverRejectsSignedNonEnvelope(t *testing.T) {
 	t.Parallel()
-	secret := webhook.NewSecret()
+	secret := store.NewSecret()
 	rv, err := NewReceiver(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +193,7 @@ func TestReceiverRejectsSignedNonEnvelope(t *testing.T) {
 	id := newID()
 	body := []byte(`{"hello":"world"}`)
 	now := time.Now().Unix()
-	sig, _ := webhook.Sign([]string{secret}, id, now, body)
+	sig, _ := delivery.Sign([]string{secret}, id, now, body)
 	req := httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(now, 10))

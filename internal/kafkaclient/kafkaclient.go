@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/outboxbridge/bridge/internal/config"
 )
@@ -30,7 +29,7 @@ func Options(cfg config.Kafka, logger *slog.Logger) ([]kgo.Opt, error) {
 		kgo.DialTimeout(5 * time.Second),
 	}
 	if logger != nil {
-		opts = append(opts, kgo.WithLogger(kslog.New(logger.With("component", "kgo"))))
+		opts = append(opts, kgo.WithLogger(newClientLogger(logger, cfg.LogLevel)))
 	}
 	if cfg.TLS {
 		tc, err := tlsConfig(cfg)

@@ -14,7 +14,7 @@ import (
 
 // New returns a logger writing text or JSON to w at the given level.
 func New(w io.Writer, level, format string) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: ParseLevel(level)}
+	opts := &slog.HandlerOptions{Level: ParseLevel(level), ReplaceAttr: durationsAsText}
 	var h slog.Handler
 	if format == "json" {
 		h = slog.NewJSONHandler(w, opts)
@@ -22,6 +22,18 @@ func New(w io.Writer, level, format string) *slog.Logger {
 		h = slog.NewTextHandler(w, opts)
 	}
 	return slog.New(&traceHandler{Handler: h})
+}
+
+// durationsAsText writes every time.Duration as Go duration text ("1s",
+// "250ms"). slog's JSON handler writes a Duration as integer nanoseconds
+// ("poll_interval":1000000000), which nobody reads as a second and which
+// disagreed with the text format's "1s". A value meant for arithmetic is
+// logged as a number under a key ending in _seconds instead.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // ParseLevel maps debug|info|warn|error to a slog level (info when unknown).

@@ -54,6 +54,12 @@ func (c *cached[T]) get(ctx context.Context) (T, bool) {
 	return c.val, c.ok
 }
 
+// zeroRefreshErrors exports the source's refresh-error count at 0 when its
+// gauges are registered, so the first failed read is an increase.
+func (m *Metrics) zeroRefreshErrors(source string) {
+	m.refreshErrors.Add(context.Background(), 0, metric.WithAttributes(attribute.String("source", source)))
+}
+
 // onRefreshError counts and logs a failed gauge read.
 func (m *Metrics) onRefreshError(source string, err error) {
 	m.refreshErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String("source", source)))

@@ -45,6 +45,7 @@ func (m *Metrics) ObserveConsumer(c ConsumerSource, group string) (func() error,
 	if err := errors.Join(e1, e2, e3, e4, e5, e6); err != nil {
 		return nil, fmt.Errorf("create consumer instruments: %w", err)
 	}
+	m.zeroRefreshErrors("consumer_lag")
 	lags := newCached("consumer_lag", m.every, func(ctx context.Context) ([]consumer.PartitionLag, error) {
 		ls, err := c.Lag(ctx)
 		if errors.Is(err, kerr.GroupIDNotFound) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -53,8 +56,29 @@ func StatusClass(code int) string {
 // hook the webhook Deliverer reports through (see docs/observability.md).
 type Deliveries struct{ m *Metrics }
 
-// Deliveries returns the delivery hook recording into m.
-func (m *Metrics) Deliveries() Deliveries { return Deliveries{m: m} }
+// Deliveries returns the delivery hook recording into m. The first call
+// exports every attempt series that can occur at 0 (delivered with 2xx;
+// retry and dead with any other class or none) and the disable counter, so
+// an alert on increase(bridge_delivery_attempts_total{outcome="dead"})
+// sees the first death after a restart. The duration histogram has no
+// zero form; its series appear with their first attempt.
+func (m *Metrics) Deliveries() Deliveries {
+	m.deliveryZero.Do(func() {
+		ctx := context.Background()
+		add := func(outcome, class string) {
+			m.delivery.attempts.Add(ctx, 0, metric.WithAttributes(
+				attribute.String("outcome", outcome), attribute.String("status_class", class)))
+		}
+		add(OutcomeDelivered, "2xx")
+		for _, outcome := range []string{OutcomeRetry, OutcomeDead} {
+			for _, class := range []string{"1xx", "3xx", "4xx", "5xx", "none"} {
+				add(outcome, class)
+			}
+		}
+		m.delivery.disabled.Add(ctx, 0)
+	})
+	return Deliveries{m: m}
+}
 
 // Attempt records one HTTP attempt: its status code (0: no response), its
 // duration and its outcome (OutcomeDelivered, OutcomeRetry, OutcomeDead).
@@ -82,44 +106,23 @@ func readDeliveryStats(ctx context.Context, pool *pgxpool.Pool) (deliveryStats, 
 		byStatus:             map[string]int64{"pending": 0, "delivering": 0, "delivered": 0, "dead": 0},
 		oldestBySubscription: map[string]float64{},
 	}
-	rows, err := pool.Query(ctx, deliveriesByStatusSQL)
+	byStatus, err := store.CountByStatus(ctx, pool)
 	if err != nil {
-		return st, fmt.Errorf("count deliveries: %w", err)
+		return st, err
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("count deliveries: %w", err)
-		}
-		st.byStatus[s] = n
+	maps.Copy(st.byStatus, byStatus)
+	if st.enabled, st.disabled, err = store.CountSubscriptions(ctx, pool); err != nil {
+		return st, err
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("count deliveries: %w", err)
-	}
-	if err := pool.QueryRow(ctx, subscriptionsByStateSQL).Scan(&st.enabled, &st.disabled); err != nil {
-		return st, fmt.Errorf("count subscriptions: %w", err)
-	}
-	rows, err = pool.Query(ctx, oldestOpenDeliverySQL)
+	oldest, err := store.OldestOpen(ctx, pool)
 	if err != nil {
-		return st, fmt.Errorf("oldest open delivery: %w", err)
+		return st, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var age *float64
-		if err := rows.Scan(&id, &age); err != nil {
-			return st, fmt.Errorf("oldest open delivery: %w", err)
-		}
+	for id, age := range oldest {
 		st.oldestBySubscription[id] = 0
 		if age != nil {
 			st.oldestBySubscription[id] = max(*age, 0)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("oldest open delivery: %w", err)
 	}
 	return st, nil
 }
@@ -141,6 +144,7 @@ func (m *Metrics) ObserveDeliveries(pool *pgxpool.Pool) (func() error, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("create delivery gauges: %w", err)
 	}
+	m.zeroRefreshErrors("deliveries")
 	stats := newCached("deliveries", m.every, func(ctx context.Context) (deliveryStats, error) {
 		return readDeliveryStats(ctx, pool)
 	}, m.onRefreshError)

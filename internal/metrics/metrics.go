@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,12 @@ type Metrics struct {
 	relay    relayInstruments
 	delivery deliveryInstruments
 	admin    adminInstruments
+
+	// Series exported at 0 before their first event (see Relay,
+	// Deliveries): an alert on increase() misses a series' first event
+	// when the series is created by it.
+	relayZero, deliveryZero sync.Once
+	relayTopics             sync.Map // topic → struct{}: its counters exist
 }
 
 // Latency buckets in seconds: from a few milliseconds (a healthy relay wakes

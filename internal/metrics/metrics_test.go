@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -115,10 +118,10 @@ func TestGaugeCacheNoQueryStorm(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, time.Hour)
 	var reads atomic.Int64
-	unregister, err := m.observeOutbox(func(context.Context) (relay.Stats, error) {
+	unregister, err := m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
 		n := reads.Add(1)
 		time.Sleep(20 * time.Millisecond) // a slow query: concurrent scrapes pile up behind it
-		return relay.Stats{ByStatus: map[string]int64{"NEW": n}, OldestNewAgeSeconds: float64(n)}, nil
+		return outboxstore.Stats{ByStatus: map[string]int64{"NEW": n}, OldestNewAgeSeconds: float64(n)}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +188,8 @@ func TestGaugeCacheRefreshAndStaleOnError(t *testing.T) {
 func TestRefreshErrorsCounted(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, time.Hour)
-	unregister, err := m.observeOutbox(func(context.Context) (relay.Stats, error) {
-		return relay.Stats{}, errors.New("database down")
+	unregister, err := m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
+		return outboxstore.Stats{}, errors.New("database down")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +202,7 @@ func TestRefreshErrorsCounted(t *testing.T) {
 	want(t, metricstest.Scrape(t, m.Handler()), "bridge_metrics_refresh_errors_total", map[string]string{"source": "outbox"}, 1)
 }
 
-// The outbox gauges read the real table through relay.ReadStats.
+// The outbox gauges read the real table through outboxstore.ReadStats.
 func TestOutboxGaugesFromDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -306,4 +309,69 @@ func TestAdminAuthFailures(t *testing.T) {
 	m.Admin().AuthFailure()
 	m.Admin().AuthFailure()
 	want(t, metricstest.Scrape(t, m.Handler()), "bridge_admin_auth_failures_total", nil, 2)
+}
+
+// Every documented series a stage exports without a per-topic, -partition
+// or -subscription label exists at 0 as soon as the stage starts, before
+// its first event: a series created by its first event is an increase()
+// an alert never sees. The relay's per-topic counters start at 0 the first
+// time the relay reports anything for the topic. Histograms have no zero
+// form and are left out. The list comes from docs/observability.md.
+func TestDocumentedSeriesStartAtZero(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	m := newMetrics(t, time.Hour)
+	m.Relay()
+	m.Deliveries()
+	for _, observe := range []func() (func() error, error){
+		func() (func() error, error) {
+			return m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
+				return outboxstore.Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}}, nil
+			})
+		},
+		func() (func() error, error) { return m.ObserveDeliveries(db.Pool) },
+		func() (func() error, error) { return m.ObserveConsumer(&fakeConsumer{}, "g") },
+	} {
+		unregister, err := observe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unregister() })
+	}
+	f := metricstest.Scrape(t, m.Handler())
+
+	doc, err := os.ReadFile("../../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(bridge_[a-z_]+)` \\| (counter|gauge|histogram) \\|([^|]*)\\|")
+	checked := 0
+	for _, r := range row.FindAllStringSubmatch(string(doc), -1) {
+		name, typ, labels := r[1], r[2], r[3]
+		if typ == "histogram" || regexp.MustCompile("`(topic|partition|subscription_id|group)`").MatchString(labels) {
+			continue
+		}
+		checked++
+		if !f.Has(name) {
+			t.Errorf("%s (%s, labels %q) is documented but not exported before its first event", name, typ, strings.TrimSpace(labels))
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d documented series; the table's format changed?", checked)
+	}
+	want(t, f, "bridge_delivery_attempts_total", map[string]string{"outcome": "dead", "status_class": "5xx"}, 0)
+	want(t, f, "bridge_delivery_attempts_total", map[string]string{"outcome": "dead", "status_class": "none"}, 0)
+	want(t, f, "bridge_delivery_attempts_total", map[string]string{"outcome": "delivered", "status_class": "2xx"}, 0)
+	want(t, f, "bridge_relay_outage", nil, 0)
+	want(t, f, "bridge_metrics_refresh_errors_total", map[string]string{"source": "deliveries"}, 0)
+
+	// A topic's counters appear at 0 with the first thing the relay says
+	// about it, so its first parked row is an increase.
+	m.Relay().Produced("assets", time.Millisecond)
+	f = metricstest.Scrape(t, m.Handler())
+	want(t, f, "bridge_relay_parked_total", map[string]string{"topic": "assets", "reason": "poison"}, 0)
+	want(t, f, "bridge_relay_parked_total", map[string]string{"topic": "assets", "reason": "exhausted"}, 0)
+	want(t, f, "bridge_relay_attempts_charged_total", map[string]string{"topic": "assets"}, 0)
+	m.Relay().Parked("assets", "poison")
+	want(t, metricstest.Scrape(t, m.Handler()), "bridge_relay_parked_total", map[string]string{"topic": "assets", "reason": "poison"}, 1)
 }

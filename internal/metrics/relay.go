@@ -10,8 +10,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
+
+// parkReasons are the reason label's values (docs/observability.md).
+var parkReasons = []string{"poison", "exhausted"}
 
 type relayInstruments struct {
 	produced       metric.Int64Counter
@@ -42,8 +46,16 @@ func (r *relayInstruments) init(m metric.Meter) error {
 	return errors.Join(errs[:]...)
 }
 
-// Relay returns the relay.Metrics implementation recording into m.
-func (m *Metrics) Relay() relay.Metrics { return relayMetrics{m: m} }
+// Relay returns the relay.Metrics implementation recording into m. The
+// first call exports bridge_relay_outage at 0: a series that appears only
+// with the first outage is one an alert on it never saw at 0. The
+// topic-labelled counters cannot be exported before their topic is known;
+// each starts at 0 for the topic the first time the relay reports
+// anything about it (see relayMetrics.topic).
+func (m *Metrics) Relay() relay.Metrics {
+	m.relayZero.Do(func() { m.relay.outage.Record(context.Background(), 0) })
+	return relayMetrics{m: m}
+}
 
 type relayMetrics struct{ m *Metrics }
 
@@ -53,7 +65,24 @@ func topicAttr(topic string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("topic", topic))
 }
 
+// topic exports the topic's counters at 0 the first time it is seen, so
+// that its first charged attempt or parked row is an increase() from 0
+// rather than a new series at 1 (which rate() and increase() miss).
+func (r relayMetrics) topic(topic string) {
+	if _, seen := r.m.relayTopics.LoadOrStore(topic, struct{}{}); seen {
+		return
+	}
+	ctx := context.Background()
+	opt := topicAttr(topic)
+	r.m.relay.produced.Add(ctx, 0, opt)
+	r.m.relay.attempts.Add(ctx, 0, opt)
+	for _, reason := range parkReasons {
+		r.m.relay.parked.Add(ctx, 0, metric.WithAttributes(attribute.String("topic", topic), attribute.String("reason", reason)))
+	}
+}
+
 func (r relayMetrics) Produced(topic string, latency time.Duration) {
+	r.topic(topic)
 	ctx := context.Background()
 	opt := topicAttr(topic)
 	r.m.relay.produced.Add(ctx, 1, opt)
@@ -61,10 +90,12 @@ func (r relayMetrics) Produced(topic string, latency time.Duration) {
 }
 
 func (r relayMetrics) AttemptCharged(topic string) {
+	r.topic(topic)
 	r.m.relay.attempts.Add(context.Background(), 1, topicAttr(topic))
 }
 
 func (r relayMetrics) Parked(topic, reason string) {
+	r.topic(topic)
 	r.m.relay.parked.Add(context.Background(), 1,
 		metric.WithAttributes(attribute.String("topic", topic), attribute.String("reason", reason)))
 }
@@ -78,13 +109,13 @@ func (r relayMetrics) Outage(active bool) {
 }
 
 // ObserveOutbox registers the outbox gauges (rows by status, the oldest NEW
-// row's age, FAILED rows by topic), read with relay.ReadStats at most once
+// row's age, FAILED rows by topic), read with outboxstore.ReadStats at most once
 // per refresh interval. The returned function unregisters them.
 func (m *Metrics) ObserveOutbox(pool *pgxpool.Pool) (func() error, error) {
-	return m.observeOutbox(func(ctx context.Context) (relay.Stats, error) { return relay.ReadStats(ctx, pool) })
+	return m.observeOutbox(func(ctx context.Context) (outboxstore.Stats, error) { return outboxstore.ReadStats(ctx, pool) })
 }
 
-func (m *Metrics) observeOutbox(read func(context.Context) (relay.Stats, error)) (func() error, error) {
+func (m *Metrics) observeOutbox(read func(context.Context) (outboxstore.Stats, error)) (func() error, error) {
 	rows, err1 := m.meter.Int64ObservableGauge("bridge.outbox.rows",
 		metric.WithDescription("Rows in bridge.outbox by status (NEW, SENT, FAILED); SENT rows are deleted after RELAY_RETENTION."),
 		metric.WithUnit("{row}"))
@@ -98,6 +129,7 @@ func (m *Metrics) observeOutbox(read func(context.Context) (relay.Stats, error))
 		return nil, fmt.Errorf("create outbox gauges: %w", err)
 	}
 	stats := newCached("outbox", m.every, read, m.onRefreshError)
+	m.zeroRefreshErrors("outbox")
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		st, ok := stats.get(ctx)
 		if !ok {

@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// failureClass says what a produce failure means for the row (HARD-PARTS 4:
+// failureClass says what a produce failure means for the row (docs/failure-modes.md §4:
 // an outage must never turn good events into FAILED ones, and a poison row
 // must not be retried forever).
 type failureClass int
@@ -62,4 +62,12 @@ func classify(err error) failureClass {
 		return suspect
 	}
 	return retriable
+}
+func allRetriable(results []sendResult, idx []int) bool {
+	for _, i := range idx {
+		if classify(results[i].err) != retriable {
+			return false
+		}
+	}
+	return true
 }

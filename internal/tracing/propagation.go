@@ -5,6 +5,8 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // w3c is used for stored trace context (outbox rows, delivery rows, Kafka
@@ -20,9 +22,9 @@ func ContextWithRemoteParent(ctx context.Context, traceparent, tracestate string
 	if traceparent == "" {
 		return ctx
 	}
-	carrier := propagation.MapCarrier{"traceparent": traceparent}
+	carrier := propagation.MapCarrier{contract.HeaderTraceparent: traceparent}
 	if tracestate != "" {
-		carrier["tracestate"] = tracestate
+		carrier[contract.HeaderTracestate] = tracestate
 	}
 	return w3c.Extract(ctx, carrier)
 }
@@ -35,7 +37,7 @@ func Traceparent(ctx context.Context) (traceparent, tracestate string) {
 	}
 	carrier := propagation.MapCarrier{}
 	w3c.Inject(ctx, carrier)
-	return carrier["traceparent"], carrier["tracestate"]
+	return carrier[contract.HeaderTraceparent], carrier[contract.HeaderTracestate]
 }
 
 // TraceID returns the 32-hex trace id of ctx's span context, "" if none.

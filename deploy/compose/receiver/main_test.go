@@ -13,8 +13,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/webhook"
 )
 
 // The receiver subscribes through the real admin API; started again, it
@@ -40,7 +40,7 @@ func TestSubscribeThroughAdminAPI(t *testing.T) {
 	if id1 != id2 || secret1 == secret2 || !strings.HasPrefix(secret2, "whsec_") {
 		t.Fatalf("second start: id %s→%s, secret changed %v", id1, id2, secret1 != secret2)
 	}
-	subs, err := webhook.NewSubscriptionStore(db.Pool, true, time.Hour).List(ctx)
+	subs, err := store.NewSubscriptionStore(db.Pool, true, time.Hour).List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestWebhookVerifiesSignaturesAndOrder(t *testing.T) {
 	if code := get(t, srv.URL+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("healthz before subscribing: %d", code)
 	}
-	secret := webhook.NewSecret()
+	secret := store.NewSecret()
 	if err := r.setSecret(secret); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestWebhookVerifiesSignaturesAndOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := standardwebhooks.NewWebhook(webhook.NewSecret())
+	other, _ := standardwebhooks.NewWebhook(store.NewSecret())
 	send := func(wh *standardwebhooks.Webhook, id, asset string, seq int) int {
 		body := fmt.Sprintf(`{"id":%q,"type":"asset.updated","asset_id":%q,"asset_seq":%d,"timestamp":"2025-01-01T00:00:00Z","data":{}}`, id, asset, seq)
 		now := time.Now()

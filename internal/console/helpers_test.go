@@ -1,0 +1,196 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/tracing"
+)
+
+// browser is one tab and the test driving it.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	base  string
+	shots string
+}
+
+// do runs steps with a bound, failing the test with the page it was on.
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.fatal(err)
+	}
+}
+
+func (b *browser) fatal(err error) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	b.t.Fatalf("browser at %s: %v\npage text:\n%s", loc, err, body)
+}
+
+func evalIn[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.fatal(err)
+	}
+	return v
+}
+
+func (b *browser) eval(expr string) string { return evalIn[string](b, expr) }
+
+func (b *browser) num(expr string) int { return evalIn[int](b, expr) }
+
+// text is the innerText of the first element matching sel ("" if none).
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	return strings.TrimSpace(b.eval(fmt.Sprintf(`(function(){var e=document.querySelector(%q);return e?e.innerText:""})()`, sel)))
+}
+
+func (b *browser) count(sel string) int {
+	b.t.Helper()
+	return b.num(fmt.Sprintf(`document.querySelectorAll(%q).length`, sel))
+}
+
+func (b *browser) exists(sel string) bool { return b.count(sel) > 0 }
+
+func (b *browser) html() string {
+	b.t.Helper()
+	return b.eval(`document.documentElement.outerHTML`)
+}
+
+func (b *browser) cookies() map[string]*network.Cookie {
+	b.t.Helper()
+	res, err := chromedp.Call(b.ctx, network.GetCookies, network.GetCookiesParams{})
+	if err != nil {
+		b.fatal(err)
+	}
+	out := map[string]*network.Cookie{}
+	for _, c := range res.Cookies {
+		out[c.Name] = c
+	}
+	return out
+}
+
+// waitText waits until sel's text contains want (the page may update
+// itself meanwhile).
+func (b *browser) waitText(sel, want string) {
+	b.t.Helper()
+	b.eventually(30*time.Second, func() string {
+		if got := b.text(sel); !strings.Contains(got, want) {
+			return fmt.Sprintf("%s shows %q, want it to contain %q", sel, got, want)
+		}
+		return ""
+	})
+}
+
+// eventually polls cond (every 200ms) until it returns "".
+func (b *browser) eventually(timeout time.Duration, cond func() string) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("after %s: %s", timeout, msg)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-b.ctx.Done():
+			b.t.Fatal(b.ctx.Err())
+		}
+	}
+}
+
+// shot saves a full-page PNG of the current page as <name>.png.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func kafkaConfig(brokers []string) config.Kafka {
+	return config.Kafka{Brokers: brokers, ClientID: "console-test"}
+}
+
+// startPipeline runs a relay, a consumer and a deliverer on pool until the
+// test ends.
+func startPipeline(t *testing.T, ctx context.Context, pool *pgxpool.Pool, brokers []string, topic, group string, relayTP, consumeTP, deliverTP *tracing.Provider) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	rcfg := relay.Config{Logger: logging.New(t.Output(), "warn", "text"), TracerProvider: relayTP, PollInterval: 50 * time.Millisecond, BackoffBase: 50 * time.Millisecond,
+		BackoffMax: 500 * time.Millisecond, LeaseTimeout: 2 * time.Second, ProduceTimeout: 5 * time.Second}
+	client, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, relay.ProducerOptions(rcfg)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(pool, []kgo.Opt{kgo.SeedBrokers(brokers...)}, consumer.Config{
+		Group: group, Topics: []string{topic}, TracerProvider: consumeTP, RetryBackoff: 20 * time.Millisecond,
+		Logger: logging.New(t.Output(), "warn", "text")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := delivery.NewDeliverer(pool, delivery.Config{
+		RetrySchedule:  []time.Duration{0, 50 * time.Millisecond}, // two attempts, then dead
+		PollInterval:   50 * time.Millisecond,
+		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		TracerProvider: deliverTP,
+		Timeout:        5 * time.Second,
+		Logger:         logging.New(t.Output(), "warn", "text"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		defer client.Close()
+		if err := relay.New(pool, client, rcfg).Run(ctx); err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if err := d.Run(ctx); err != nil {
+			t.Errorf("deliverer: %v", err)
+		}
+	})
+}

@@ -1,0 +1,591 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/jaegerquery"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+)
+
+// pageSize is the rows per list page.
+const pageSize = 50
+
+// maxSelected bounds one "replay/revive selected" form (the admin API's
+// per-request bound).
+const maxSelected = 10000
+
+// Overview -------------------------------------------------------------------
+
+func (c *Console) overviewData(r *http.Request) map[string]any {
+	snap, hist := c.sampler.latest(r.Context())
+	return map[string]any{
+		"S":          snap,
+		"Every":      c.cfg.SampleEvery,
+		"Throughput": sparkline(series(hist, func(s Snapshot) float64 { return s.Throughput.PerSecond() }), 240, 40),
+		"Latency":    sparkline(series(hist, func(s Snapshot) float64 { return s.Throughput.LatencyP95 }), 240, 40),
+		"LagChart":   sparkline(series(hist, func(s Snapshot) float64 { return float64(s.LagTotal) }), 240, 40),
+		"PendChart":  sparkline(series(hist, func(s Snapshot) float64 { return float64(s.Pending) }), 240, 40),
+		"DelivChart": sparkline(series(hist, func(s Snapshot) float64 { return s.Delivered }), 240, 40),
+		"DeadChart":  sparkline(series(hist, func(s Snapshot) float64 { return float64(s.Dead) }), 240, 40),
+		"Samples":    len(hist),
+		"Since":      hist[0].At,
+		"HasKafka":   c.kafka != nil,
+	}
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "overview", "Overview", c.overviewData(r))
+}
+
+func (c *Console) overviewLive(w http.ResponseWriter, r *http.Request) {
+	r.Header.Set("HX-Request", "true")
+	c.render(w, r, http.StatusOK, "overview", "Overview", c.overviewData(r))
+}
+
+// Outbox ---------------------------------------------------------------------
+
+// timeLayout is what <input type="datetime-local"> submits; the console
+// reads it as UTC, and says so next to the field.
+const timeLayout = "2006-01-02T15:04"
+
+func parseTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, l := range []string{timeLayout, timeLayout + ":05", time.RFC3339} {
+		if t, err := time.ParseInLocation(l, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s %q is not a time (YYYY-MM-DDTHH:MM, UTC)", field, v)
+}
+
+func failedFilter(q url.Values) (outboxstore.FailedFilter, error) {
+	f := outboxstore.FailedFilter{
+		Topic:         strings.TrimSpace(q.Get("topic")),
+		AssetID:       strings.TrimSpace(q.Get("asset")),
+		EventType:     strings.TrimSpace(q.Get("event_type")),
+		ErrorContains: strings.TrimSpace(q.Get("error")),
+	}
+	var err error
+	if f.FailedFrom, err = parseTime("from", q.Get("from")); err != nil {
+		return f, err
+	}
+	if f.FailedTo, err = parseTime("to", q.Get("to")); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// filterValues are the filter fields of q (for links that keep them).
+func filterValues(q url.Values, keys ...string) url.Values {
+	out := url.Values{}
+	for _, k := range keys {
+		if v := q.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+var failedKeys = []string{"topic", "asset", "event_type", "error", "from", "to"}
+
+func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, err := failedFilter(q)
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	var after int64
+	if a := q.Get("after"); a != "" {
+		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
+			c.errorPage(w, r, http.StatusBadRequest, "after is not a position from a previous page")
+			return
+		}
+	}
+	rows, err := outboxstore.ListFailedMatching(r.Context(), c.pool, f, pageSize+1, after)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	total, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	var next string
+	if len(rows) > pageSize {
+		rows = rows[:pageSize]
+		next = strconv.FormatInt(rows[pageSize-1].Seq, 10)
+	}
+	c.render(w, r, http.StatusOK, "outbox", "Outbox", map[string]any{
+		"Rows": rows, "Total": total, "Next": next, "Q": filterValues(q, failedKeys...), "Filtered": f != (outboxstore.FailedFilter{}),
+		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
+		"After": after > 0,
+	})
+}
+
+// outboxReplayConfirm asks before replaying every row matching the filter,
+// with the count.
+func (c *Console) outboxReplayConfirm(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, err := failedFilter(q)
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	n, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{
+		"All": true, "Count": n, "Q": filterValues(q, failedKeys...), "F": q,
+	})
+}
+
+func parseRowIDs(vals []string) ([]uuid.UUID, error) {
+	if len(vals) > maxSelected {
+		return nil, fmt.Errorf("%d rows selected; at most %d at once", len(vals), maxSelected)
+	}
+	out := make([]uuid.UUID, 0, len(vals))
+	for _, v := range vals {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an outbox row id", v)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// outboxReplay replays the selected rows (id=…, after a confirmation page
+// naming how many) or all that match the filter (all=1, confirmed).
+func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
+	s := sessionFrom(r.Context())
+	confirmed := r.PostFormValue("confirmed") == "1"
+	if r.PostFormValue("all") == "1" {
+		f, err := failedFilter(r.PostForm)
+		if err != nil {
+			c.errorPage(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		if !confirmed {
+			http.Redirect(w, r, "/ui/outbox/replay?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
+			return
+		}
+		n, err := outboxstore.ReplayFailedMatching(r.Context(), c.pool, f)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		c.setFlash(s, fmt.Sprintf("Replayed %d FAILED rows: they are NEW again and the relay sends them in their original order.", n))
+		http.Redirect(w, r, "/ui/outbox?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
+		return
+	}
+	ids, err := parseRowIDs(r.PostForm["id"])
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(ids) == 0 {
+		c.errorPage(w, r, http.StatusBadRequest, "No rows selected: tick the rows to replay, or use “Replay all that match”.")
+		return
+	}
+	if !confirmed {
+		c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{"IDs": r.PostForm["id"], "Count": len(ids), "Back": r.PostFormValue("back")})
+		return
+	}
+	n, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(s, fmt.Sprintf("Replayed %d of %d selected rows (rows no longer FAILED are left alone).", n, len(ids)))
+	if len(ids) == 1 {
+		http.Redirect(w, r, "/ui/outbox/"+ids[0].String(), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/ui/outbox", http.StatusSeeOther)
+}
+
+func (c *Console) outboxRowOf(w http.ResponseWriter, r *http.Request, withPayload bool) *outboxstore.Row {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not an outbox row id", r.PathValue("id")))
+		return nil
+	}
+	row, err := outboxstore.GetRow(r.Context(), c.pool, id, withPayload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		c.errorPage(w, r, http.StatusNotFound, "No outbox row "+id.String()+" (SENT rows are deleted after RELAY_RETENTION).")
+		return nil
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return nil
+	}
+	return row
+}
+
+func (c *Console) outboxRow(w http.ResponseWriter, r *http.Request) {
+	withPayload := r.URL.Query().Get("payload") == "1"
+	row := c.outboxRowOf(w, r, withPayload)
+	if row == nil {
+		return
+	}
+	c.render(w, r, http.StatusOK, "outbox_row", "Outbox row", map[string]any{"Row": row, "ShowPayload": withPayload, "TraceID": row.TraceID()})
+}
+
+// outboxRowStatus is the detail page's live status (htmx polls it).
+func (c *Console) outboxRowStatus(w http.ResponseWriter, r *http.Request) {
+	row := c.outboxRowOf(w, r, false)
+	if row == nil {
+		return
+	}
+	r.Header.Set("HX-Request", "true")
+	c.render(w, r, http.StatusOK, "outbox_row", "Outbox row", map[string]any{"Row": row})
+}
+
+// Subscriptions ---------------------------------------------------------------
+
+func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
+	subs, err := c.subs.List(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	health, err := c.deliveries.Health(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	rows := make([]subRow, 0, len(subs))
+	for _, s := range subs {
+		s.Secret = ""
+		rows = append(rows, subRow{Sub: s, Health: health[s.ID]})
+	}
+	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows})
+}
+
+// splitTypes reads an event-types field: comma- or space-separated.
+func splitTypes(v string) []string {
+	var out []string
+	for _, t := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' }) {
+		out = append(out, t)
+	}
+	return out
+}
+
+func formInput(r *http.Request) store.SubscriptionInput {
+	u := strings.TrimSpace(r.PostFormValue("url"))
+	types := splitTypes(r.PostFormValue("event_types"))
+	topic := strings.TrimSpace(r.PostFormValue("topic"))
+	desc := strings.TrimSpace(r.PostFormValue("description"))
+	in := store.SubscriptionInput{URL: &u, Topic: &topic, Description: &desc, EventTypes: types}
+	if in.EventTypes == nil {
+		in.EventTypes = []string{}
+	}
+	return in
+}
+
+func (c *Console) subscriptionCreate(w http.ResponseWriter, r *http.Request) {
+	sub, err := c.subs.Create(r.Context(), formInput(r))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	// Rendered, not redirected: the secret is in this answer only, never in
+	// a URL, a flash message or a later page.
+	c.render(w, r, http.StatusCreated, "subscription_secret", "Subscription created", map[string]any{"Sub": sub, "Created": true})
+}
+
+func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
+	sub, err := c.subs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	sub.Secret = ""
+	health, err := c.deliveries.Health(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
+		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
+	})
+}
+
+func (c *Console) subscriptionEdit(w http.ResponseWriter, r *http.Request) {
+	if _, err := c.subs.Update(r.Context(), r.PathValue("id"), formInput(r)); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(sessionFrom(r.Context()), "Saved.")
+	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+}
+
+func (c *Console) subscriptionRotate(w http.ResponseWriter, r *http.Request) {
+	sub, err := c.subs.RotateSecret(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "subscription_secret", "Secret rotated", map[string]any{"Sub": sub, "Grace": c.cfg.SecretGrace})
+}
+
+func (c *Console) subscriptionEnable(w http.ResponseWriter, r *http.Request) {
+	if _, err := c.subs.Enable(r.Context(), r.PathValue("id")); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(sessionFrom(r.Context()), "Enabled: deliveries resume, the failure count is back to 0.")
+	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+}
+
+func (c *Console) subscriptionDisable(w http.ResponseWriter, r *http.Request) {
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if _, err := c.subs.Disable(r.Context(), r.PathValue("id"), reason); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(sessionFrom(r.Context()), "Disabled: queued deliveries wait, new events are not queued for it.")
+	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+}
+
+func (c *Console) subscriptionDelete(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sub, err := c.subs.Get(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if strings.TrimSpace(r.PostFormValue("confirm")) != sub.ID[:8] {
+		c.errorPage(w, r, http.StatusBadRequest, "Not deleted: type the first 8 characters of the subscription id ("+sub.ID[:8]+") to confirm.")
+		return
+	}
+	if err := c.subs.Delete(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(sessionFrom(r.Context()), "Deleted subscription "+sub.ID+" ("+sub.URL+") with its deliveries and log.")
+	http.Redirect(w, r, "/ui/subscriptions", http.StatusSeeOther)
+}
+
+func (c *Console) subscriptionTest(w http.ResponseWriter, r *http.Request) {
+	did, err := c.deliveries.SendTest(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Test event queued as delivery %d (event type %s).", did, store.TestEventType))
+	http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(did, 10), http.StatusSeeOther)
+}
+
+// Deliveries -----------------------------------------------------------------
+
+var deliveryKeys = []string{"subscription", "status", "asset", "event_type", "from", "to"}
+
+func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := store.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), EventType: strings.TrimSpace(q.Get("event_type")),
+		Limit: pageSize, After: q.Get("after")}
+	if q.Has("asset") && q.Get("asset") != "" {
+		a := strings.TrimSpace(q.Get("asset"))
+		p.AssetID = &a
+	}
+	var err error
+	if p.CreatedFrom, err = parseTime("from", q.Get("from")); err == nil {
+		p.CreatedTo, err = parseTime("to", q.Get("to"))
+	}
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	page, err := c.deliveries.List(r.Context(), p)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	subs, err := c.subs.List(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	urls := map[string]string{}
+	for _, s := range subs {
+		urls[s.ID] = s.URL
+	}
+	c.render(w, r, http.StatusOK, "deliveries", "Deliveries", map[string]any{
+		"Page": page, "Subs": subs, "URLs": urls, "Q": filterValues(q, deliveryKeys...),
+		"F":        map[string]string{"subscription": q.Get("subscription"), "status": q.Get("status"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "from": q.Get("from"), "to": q.Get("to")},
+		"Statuses": []string{store.StatusPending, store.StatusDelivering, store.StatusDelivered, store.StatusDead},
+	})
+}
+
+func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", r.PathValue("id")))
+		return
+	}
+	d, err := c.deliveries.Get(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	attempts, err := c.deliveries.Attempts(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	tp, err := c.deliveries.Traceparent(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	data := map[string]any{"D": d, "Attempts": attempts, "TraceID": jaegerquery.TraceIDOf(tp)}
+	if r.URL.Query().Get("payload") == "1" {
+		p, err := c.deliveries.Payload(r.Context(), id)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		data["Payload"] = string(p)
+	}
+	if sub, err := c.subs.Get(r.Context(), d.SubscriptionID); err == nil {
+		data["URL"] = sub.URL
+	}
+	c.render(w, r, http.StatusOK, "delivery", "Delivery", data)
+}
+
+// reviveConfirm asks before reviving every dead delivery of a subscription,
+// with the count.
+func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) {
+	sub, err := c.subs.Get(r.Context(), r.URL.Query().Get("subscription"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	health, err := c.deliveries.Health(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"Sub": sub, "Count": health[sub.ID].Dead})
+}
+
+func (c *Console) revive(w http.ResponseWriter, r *http.Request) {
+	s := sessionFrom(r.Context())
+	confirmed := r.PostFormValue("confirmed") == "1"
+	if subID := r.PostFormValue("subscription"); subID != "" {
+		if !confirmed {
+			http.Redirect(w, r, "/ui/deliveries/revive?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
+			return
+		}
+		if _, err := c.subs.Get(r.Context(), subID); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		revived, err := c.deliveries.ReviveSubscription(r.Context(), subID)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		c.setFlash(s, fmt.Sprintf("Revived %d dead deliveries: pending again, with a fresh retry budget, in their original order.", len(revived)))
+		http.Redirect(w, r, "/ui/deliveries?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
+		return
+	}
+	vals := r.PostForm["id"]
+	if len(vals) == 0 {
+		c.errorPage(w, r, http.StatusBadRequest, "No deliveries selected: tick the dead deliveries to revive.")
+		return
+	}
+	if len(vals) > maxSelected {
+		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%d deliveries selected; at most %d at once", len(vals), maxSelected))
+		return
+	}
+	ids := make([]int64, 0, len(vals))
+	for _, v := range vals {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id < 1 {
+			c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", v))
+			return
+		}
+		ids = append(ids, id)
+	}
+	if !confirmed {
+		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
+		return
+	}
+	revived, err := c.deliveries.Revive(r.Context(), ids)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.setFlash(s, fmt.Sprintf("Revived %d of %d selected deliveries (ones not dead are left alone).", len(revived), len(ids)))
+	if len(ids) == 1 {
+		http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(ids[0], 10), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/ui/deliveries?status=pending", http.StatusSeeOther)
+}
+
+func (c *Console) streamPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	sub, err := c.subs.Get(r.Context(), q.Get("subscription"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	asset := q.Get("asset")
+	ds, open, err := c.deliveries.Stream(r.Context(), sub.ID, asset, pageSize)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "stream", "Stream", map[string]any{"Sub": sub, "Asset": asset, "Open": open, "Rows": ds})
+}
+
+// Traces ---------------------------------------------------------------------
+
+func (c *Console) tracePage(w http.ResponseWriter, r *http.Request) {
+	id := strings.ToLower(r.PathValue("id"))
+	if !jaegerquery.ValidTraceID(id) {
+		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a trace id (32 hex digits)", id))
+		return
+	}
+	data := map[string]any{"ID": id}
+	if c.cfg.JaegerUIURL != "" {
+		data["UI"] = strings.TrimRight(c.cfg.JaegerUIURL, "/") + "/trace/" + id
+	}
+	status := http.StatusOK
+	switch {
+	case c.jaeger == nil:
+		data["Problem"] = "JAEGER_QUERY_URL is not set, so the console cannot read traces. Set it to the Jaeger query service (e.g. http://127.0.0.1:16686)."
+	default:
+		tr, err := c.jaeger.Get(r.Context(), id)
+		switch {
+		case errors.Is(err, jaegerquery.ErrNotFound):
+			status = http.StatusNotFound
+			data["Problem"] = "Jaeger has no trace " + id + " (yet): spans are exported in batches a few seconds after they end, and Jaeger keeps them only as long as its storage does."
+		case err != nil:
+			status = http.StatusBadGateway
+			data["Problem"] = err.Error()
+		default:
+			data["T"] = tr
+		}
+	}
+	c.render(w, r, status, "trace", "Trace", data)
+}

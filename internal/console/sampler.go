@@ -1,0 +1,195 @@
+package console
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+)
+
+// chartWindow is how far back the overview's charts reach.
+const chartWindow = 15 * time.Minute
+
+// Snapshot is one reading of everything the overview shows.
+type Snapshot struct {
+	At         time.Time
+	Topics     []outboxstore.TopicStats
+	Throughput outboxstore.Throughput
+	Lag        []consumer.PartitionLag
+	LagTotal   int64
+	LagError   string
+	Subs       []subRow
+	Pending    int64
+	InFlight   int64
+	Dead       int64
+	Delivered  float64 // per second, last minute, all subscriptions
+	Disabled   int
+	Error      string
+}
+
+type subRow struct {
+	Sub    store.Subscription
+	Health store.SubscriptionHealth
+}
+
+// sampler reads a Snapshot every few seconds into a ring covering
+// chartWindow. Pages render from the latest one, so ten browsers polling
+// the overview cost the database what one does — nothing more than the
+// sampler's own reads. It reads only while someone looked at the console in
+// the last chartWindow: an unwatched replica does not count its tables.
+type sampler struct {
+	c     *Console
+	every time.Duration
+	cap   int
+
+	mu       sync.Mutex
+	ring     []Snapshot
+	lastView time.Time
+	running  bool
+	wake     chan struct{}
+	done     chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
+}
+
+func newSampler(c *Console, every time.Duration) *sampler {
+	s := &sampler{c: c, every: every, cap: int(chartWindow/every) + 1,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+func (s *sampler) stop() {
+	s.once.Do(func() { close(s.done) })
+	<-s.stopped
+}
+
+// viewed marks the console as watched (every signed-in request).
+func (s *sampler) viewed() {
+	s.mu.Lock()
+	s.lastView = time.Now()
+	idle := !s.running
+	s.mu.Unlock()
+	if idle {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *sampler) loop() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		active := time.Since(s.lastView) < chartWindow
+		s.running = active
+		s.mu.Unlock()
+		if active {
+			s.sample()
+		}
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		case <-s.wake:
+		}
+	}
+}
+
+func (s *sampler) sample() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.every, 5*time.Second))
+	defer cancel()
+	snap := s.c.read(ctx)
+	s.mu.Lock()
+	s.ring = append(s.ring, snap)
+	if len(s.ring) > s.cap {
+		s.ring = s.ring[len(s.ring)-s.cap:]
+	}
+	s.mu.Unlock()
+}
+
+// latest returns the newest snapshot, reading one now if there is none yet
+// (the first page after a quiet period) or the newest is stale.
+func (s *sampler) latest(ctx context.Context) (Snapshot, []Snapshot) {
+	s.mu.Lock()
+	var last Snapshot
+	if n := len(s.ring); n > 0 {
+		last = s.ring[n-1]
+	}
+	s.mu.Unlock()
+	if last.At.IsZero() || time.Since(last.At) > 3*s.every {
+		snap := s.c.read(ctx)
+		s.mu.Lock()
+		s.ring = append(s.ring, snap)
+		if len(s.ring) > s.cap {
+			s.ring = s.ring[len(s.ring)-s.cap:]
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hist := make([]Snapshot, len(s.ring))
+	copy(hist, s.ring)
+	return hist[len(hist)-1], hist
+}
+
+// read takes one Snapshot through the stores' own functions (the same
+// figures `bridge outbox stats` and /metrics report).
+func (c *Console) read(ctx context.Context) Snapshot {
+	snap := Snapshot{At: time.Now()}
+	var err error
+	fail := func(e error) {
+		if e != nil && snap.Error == "" {
+			snap.Error = e.Error()
+		}
+	}
+	snap.Topics, err = outboxstore.ReadTopicStats(ctx, c.pool)
+	fail(err)
+	snap.Throughput, err = outboxstore.ReadThroughput(ctx, c.pool, time.Minute)
+	fail(err)
+	subs, err := c.subs.List(ctx)
+	fail(err)
+	health, err := c.deliveries.Health(ctx)
+	fail(err)
+	for _, sub := range subs {
+		h := health[sub.ID]
+		sub.Secret = ""
+		snap.Subs = append(snap.Subs, subRow{Sub: sub, Health: h})
+		snap.Pending += h.Pending
+		snap.InFlight += h.InFlight
+		snap.Dead += h.Dead
+		snap.Delivered += float64(h.DeliveredMinute) / 60
+		if !sub.Enabled {
+			snap.Disabled++
+		}
+	}
+	if adm := c.lagAdmin(); adm != nil {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		snap.Lag, err = consumer.GroupLag(lctx, adm, c.cfg.ConsumerGroup)
+		cancel()
+		if err != nil {
+			snap.LagError = err.Error()
+		}
+		for _, l := range snap.Lag {
+			if l.Lag > 0 {
+				snap.LagTotal += l.Lag
+			}
+		}
+	}
+	return snap
+}
+
+// series extracts one figure from each snapshot, for a chart.
+func series(hist []Snapshot, f func(Snapshot) float64) []float64 {
+	out := make([]float64, len(hist))
+	for i, s := range hist {
+		out[i] = f(s)
+	}
+	return out
+}

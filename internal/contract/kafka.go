@@ -1,0 +1,209 @@
+package contract
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Header names of the Kafka record (docs/contract.md, "Kafka record").
+const (
+	HeaderDedupID     = "dedup-id"
+	HeaderTraceID     = "trace-id"
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+	HeaderEventType   = "event-type"
+	HeaderAssetSeq    = "asset-seq"
+	HeaderContentType = "content-type"
+)
+
+// Header names of the dead-letter records the consumer writes: where the
+// record came from and why it could not become a delivery.
+const (
+	HeaderDLQReason    = "dlq-reason"
+	HeaderDLQTopic     = "dlq-topic"
+	HeaderDLQPartition = "dlq-partition"
+	HeaderDLQOffset    = "dlq-offset"
+)
+
+// ContentTypeJSON is the content-type of every record value and webhook body.
+const ContentTypeJSON = "application/json"
+
+// DeadLetterSuffix is appended to a topic's name to get its dead-letter topic.
+const DeadLetterSuffix = ".dlq"
+
+// reserved are the bridge's own header names. A row's own headers cannot
+// shadow them: a consumer reading "the" dedup-id must get the bridge's.
+var reserved = map[string]bool{
+	HeaderDedupID: true, HeaderTraceID: true, HeaderTraceparent: true, HeaderTracestate: true,
+	HeaderEventType: true, HeaderAssetSeq: true, HeaderContentType: true,
+}
+
+// Event is one outbox row as it goes onto Kafka.
+type Event struct {
+	// DedupID is the row id (canonical UUID text): every copy of the event
+	// carries it, so at-least-once delivery can be deduplicated downstream.
+	DedupID string
+	Topic   string
+	// AssetID nil is the null-asset stream.
+	AssetID   *string
+	AssetSeq  int64
+	EventType string
+	Payload   []byte
+	// Headers are the row's own headers; they follow the bridge's.
+	Headers map[string]string
+	// TraceID (32 lowercase hex), Traceparent and Tracestate (W3C) of the
+	// span the record continues; "" when the row has no trace.
+	TraceID, Traceparent, Tracestate string
+}
+
+// Encode returns the Kafka record of ev. The key is the asset id; the null
+// asset gets an empty, non-nil key, which the murmur2 partitioner hashes like
+// any other key (a nil key would be spread over partitions and lose order).
+// The bridge's headers come first, then the row's own in name order (stable
+// bytes for the same row), without any that would shadow the bridge's.
+func Encode(ev Event) *kgo.Record {
+	key := []byte{}
+	if ev.AssetID != nil {
+		key = []byte(*ev.AssetID)
+	}
+	hs := make([]kgo.RecordHeader, 0, 7+len(ev.Headers))
+	hs = append(hs, kgo.RecordHeader{Key: HeaderDedupID, Value: []byte(ev.DedupID)})
+	if ev.TraceID != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceID, Value: []byte(ev.TraceID)})
+	}
+	if ev.Traceparent != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(ev.Traceparent)})
+	}
+	if ev.Tracestate != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTracestate, Value: []byte(ev.Tracestate)})
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(ev.EventType)},
+		kgo.RecordHeader{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(ev.AssetSeq, 10))},
+		kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ContentTypeJSON)},
+	)
+	keys := make([]string, 0, len(ev.Headers))
+	for k := range ev.Headers {
+		if !reserved[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(ev.Headers[k])})
+	}
+	return &kgo.Record{Topic: ev.Topic, Key: key, Value: ev.Payload, Headers: hs}
+}
+
+// Message is a Kafka record read back as an event.
+type Message struct {
+	// DedupID is the dedup-id header, or for a record without one
+	// "topic/partition/offset", which is stable across redeliveries of the
+	// same record (all an inbox needs).
+	DedupID   string
+	EventType string
+	// AssetID nil: the null-asset stream (an empty key).
+	AssetID *string
+	// AssetSeq nil: the record has no asset-seq header (not produced by the
+	// relay).
+	AssetSeq    *int64
+	Payload     []byte
+	CreatedAt   time.Time // the record's timestamp
+	Traceparent string
+	Tracestate  string
+}
+
+// DecodeError says why a record cannot become a delivery. Its text is what
+// the dead-letter record's dlq-reason header carries.
+type DecodeError struct{ Reason string }
+
+func (e *DecodeError) Error() string { return e.Reason }
+
+// Decode reads r. On a *DecodeError the Message still has its DedupID, so the
+// record can be dead-lettered under a stable identity.
+//
+// The first occurrence of a header wins: Encode writes the bridge's headers
+// first and never lets the row's own shadow them. Every field that is stored
+// in a PostgreSQL text column must be valid UTF-8 without NUL bytes, and the
+// value valid JSON (it becomes a jsonb payload).
+func Decode(r *kgo.Record) (Message, error) {
+	m := Message{CreatedAt: r.Timestamp}
+	var dedupID, eventType, assetSeq string
+	seen := make(map[string]bool, 8)
+	for _, h := range r.Headers {
+		var dst *string
+		switch h.Key {
+		case HeaderDedupID:
+			dst = &dedupID
+		case HeaderEventType:
+			dst = &eventType
+		case HeaderAssetSeq:
+			dst = &assetSeq
+		case HeaderTraceparent:
+			dst = &m.Traceparent
+		case HeaderTracestate:
+			dst = &m.Tracestate
+		default:
+			continue
+		}
+		if seen[h.Key] {
+			continue
+		}
+		seen[h.Key] = true
+		if !isText(h.Value) {
+			m.DedupID = fallbackDedupID(r)
+			m.Traceparent, m.Tracestate = "", ""
+			return m, &DecodeError{fmt.Sprintf("header %s is not UTF-8 text", h.Key)}
+		}
+		*dst = string(h.Value)
+	}
+	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
+	switch {
+	case eventType == "":
+		return m, &DecodeError{"no " + HeaderEventType + " header"}
+	case !isText(r.Key):
+		return m, &DecodeError{"key is not UTF-8 text"}
+	case !utf8.Valid(r.Value) || !json.Valid(r.Value):
+		return m, &DecodeError{"value is not valid JSON"}
+	}
+	m.EventType = eventType
+	if assetSeq != "" {
+		n, err := strconv.ParseInt(assetSeq, 10, 64)
+		if err != nil || n < 0 {
+			return m, &DecodeError{fmt.Sprintf("%s header %q is not a non-negative decimal integer", HeaderAssetSeq, truncate(assetSeq, 40))}
+		}
+		m.AssetSeq = &n
+	}
+	if len(r.Key) > 0 {
+		id := string(r.Key)
+		m.AssetID = &id
+	}
+	m.Payload = r.Value
+	return m, nil
+}
+
+func fallbackDedupID(r *kgo.Record) string {
+	return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
+}
+
+// isText reports whether b can be stored in a PostgreSQL text column: valid
+// UTF-8 without NUL bytes.
+func isText(b []byte) bool {
+	return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

@@ -1,0 +1,146 @@
+package delivery
+
+import (
+	"cmp"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/service"
+)
+
+// DefaultRetrySchedule is Svix's schedule: immediately, 5s, 5m, 30m, 2h, 5h,
+// 10h, 10h — nine attempts over about a day and a half.
+var DefaultRetrySchedule = []time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute,
+	2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
+
+// Config configures a Deliverer. Every zero field takes the default named in
+// its comment.
+type Config struct {
+	// RetrySchedule: delay before each retry; after the last one a failing
+	// delivery is dead, so a delivery gets len(RetrySchedule)+1 attempts.
+	// nil: DefaultRetrySchedule. A non-nil empty slice: no retries.
+	RetrySchedule []time.Duration
+	// DisableAfter: consecutive dead deliveries that disable a subscription.
+	// Default 5.
+	DisableAfter int
+	// Timeout of one HTTP attempt. Default 15s.
+	Timeout time.Duration
+	// Lease: how long a claim lasts; a delivery in flight longer goes back to
+	// pending (keeping its attempt). Must exceed Timeout. Default 60s.
+	Lease time.Duration
+	// Workers: concurrent HTTP requests in total. Default 32.
+	Workers int
+	// MaxInFlightPerSubscription bounds one subscription's share of the
+	// workers, so a slow endpoint cannot occupy them all. Default 8.
+	MaxInFlightPerSubscription int
+	// ClaimLoops: claim statements that may run at once, each for its own
+	// share of the subscriptions (by a hash of the id). Default 2.
+	ClaimLoops int
+	// PollInterval: claim this often even without a NOTIFY (retries that come
+	// due, missed notifications). Default 1s.
+	PollInterval time.Duration
+	// ReclaimInterval: how often stalled claims are looked for. Default
+	// Lease/4, at most 15s.
+	ReclaimInterval time.Duration
+	// ShutdownGrace: on shutdown, how long requests in flight may finish
+	// before they are cancelled and released (not charged)
+	// (WEBHOOK_SHUTDOWN_GRACE). Default 5s.
+	ShutdownGrace time.Duration
+	// Retention: delivered deliveries older than this are deleted with their
+	// attempt log, in batches, every PruneInterval (WEBHOOK_RETENTION).
+	// Default 168h. Dead deliveries are kept.
+	Retention time.Duration
+	// PruneInterval: how often retention runs. Default 1m.
+	PruneInterval time.Duration
+	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
+	// set 127.0.0.0/8). Default none.
+	AllowedCIDRs []netip.Prefix
+	// TracerProvider records the client spans of webhook requests. nil: the
+	// global provider. Without an SDK the stored traceparent still travels.
+	TracerProvider trace.TracerProvider
+	// Logger. nil: discard.
+	Logger *slog.Logger
+	// Metrics is told about every attempt and every disable (the runtime
+	// passes metrics.Deliveries). nil: none.
+	Metrics Metrics
+	// ID names this deliverer in claimed_by. Default: service.ReplicaID().
+	ID string
+	// SyncSuccessCommit makes the transactions that record only successes
+	// wait for their WAL flush, like every other write. Default false: they
+	// commit with synchronous_commit = off. A PostgreSQL crash can then lose
+	// the last few hundred milliseconds of success outcomes; those
+	// deliveries are 'delivering' again, reclaim returns them with their
+	// attempt kept and they go out once more with the same webhook-id —
+	// at-least-once, which receivers dedup. Retries, deaths and disables
+	// always wait for the flush: a death has been logged, counted and
+	// traced, and a disable told to the operator, when it returns.
+	SyncSuccessCommit bool
+}
+
+// Metrics is the hook the Deliverer reports through; metrics.Deliveries
+// implements it. Outcomes are "delivered", "retry" and "dead".
+type Metrics interface {
+	Attempt(statusCode int, duration time.Duration, outcome string)
+	SubscriptionDisabled()
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Attempt(int, time.Duration, string) {}
+func (noMetrics) SubscriptionDisabled()              {}
+
+// ConfigFromEnv maps the WEBHOOK_* settings onto a Deliverer Config.
+func ConfigFromEnv(c config.Webhook) (Config, error) {
+	cidrs, err := c.ParsedAllowedCIDRs()
+	if err != nil {
+		return Config{}, err
+	}
+	schedule := c.RetrySchedule
+	if schedule == nil {
+		schedule = []time.Duration{}
+	}
+	return Config{
+		RetrySchedule:              schedule,
+		DisableAfter:               c.DisableAfter,
+		Timeout:                    c.Timeout,
+		Lease:                      c.Lease,
+		Workers:                    c.Workers,
+		MaxInFlightPerSubscription: c.MaxInFlightPerSubscription,
+		PollInterval:               c.PollInterval,
+		ShutdownGrace:              c.ShutdownGrace,
+		Retention:                  c.Retention,
+		AllowedCIDRs:               cidrs,
+	}, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.RetrySchedule == nil {
+		c.RetrySchedule = DefaultRetrySchedule
+	}
+	c.DisableAfter = cmp.Or(c.DisableAfter, 5)
+	c.Timeout = cmp.Or(c.Timeout, 15*time.Second)
+	c.Lease = cmp.Or(c.Lease, max(60*time.Second, 2*c.Timeout))
+	c.Workers = cmp.Or(c.Workers, 32)
+	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, 8)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.ClaimLoops = cmp.Or(c.ClaimLoops, 2)
+	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, min(c.Lease/4, 15*time.Second))
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
+	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	c.ID = cmp.Or(c.ID, service.ReplicaID())
+	return c
+}
+
+// maxAttempts is how many attempts a delivery gets before it dies.
+func (c Config) maxAttempts() int { return len(c.RetrySchedule) + 1 }

@@ -1,0 +1,373 @@
+// Package deliverbench measures the delivery engine end to end on this
+// machine: deliveries in PostgreSQL → Deliverer → an in-process loopback
+// receiver. It reports the drain rate of a backlog, insert→received latency
+// under a steady live load, per-(subscription, asset) order as the receiver
+// saw it, peak heap while a large backlog is pending, and the machine's
+// ceiling (the same HTTP client and receiver with no database).
+package deliverbench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+)
+
+// Options configure one run.
+type Options struct {
+	Subscriptions int
+	Assets        int // per subscription
+	Events        int // backlog inserted before the deliverer starts
+	LiveEvents    int // inserted at LiveRate while it runs, for latency
+	LiveRate      int // events per second
+	Deliverer     delivery.Config
+	Timeout       time.Duration // whole run; default 10m
+	Logger        *slog.Logger
+}
+
+// Result is what a run measured.
+type Result struct {
+	Subscriptions       int     `json:"subscriptions"`
+	Assets              int     `json:"assets_per_subscription"`
+	Events              int     `json:"backlog_events"`
+	Workers             int     `json:"workers"`
+	MaxInFlightPerSub   int     `json:"max_in_flight_per_subscription"`
+	InsertSeconds       float64 `json:"backlog_insert_seconds"`
+	DrainSeconds        float64 `json:"backlog_drain_seconds"`
+	DeliveriesPerSecond float64 `json:"deliveries_per_second"`
+	LiveEvents          int     `json:"live_events"`
+	LiveRate            int     `json:"live_rate_per_second"`
+	LatencyP50MS        float64 `json:"latency_p50_ms"`
+	LatencyP99MS        float64 `json:"latency_p99_ms"`
+	LatencyMaxMS        float64 `json:"latency_max_ms"`
+	OrderViolations     int64   `json:"order_violations"`
+	Duplicates          int64   `json:"duplicates"`
+	NotDelivered        int64   `json:"not_delivered"`
+	BaselineHeapMiB     float64 `json:"baseline_heap_mib"`
+	PeakHeapMiB         float64 `json:"peak_heap_mib"`
+	CeilingPerSecond    float64 `json:"ceiling_http_posts_per_second"`
+	// CeilingFraction is DeliveriesPerSecond / CeilingPerSecond. The
+	// ceiling is an upper bound, not a target: unsigned posts to a handler
+	// that answers before parsing, with no database.
+	CeilingFraction float64 `json:"ceiling_fraction"`
+	// What the engine did during the drain: claim statements, rows per
+	// claim and time per claim; outcome batches, outcomes per batch and
+	// time per batch.
+	ClaimStatements  int64   `json:"claim_statements"`
+	RowsPerClaim     float64 `json:"rows_per_claim"`
+	ClaimMS          float64 `json:"claim_ms_avg"`
+	OutcomeBatches   int64   `json:"outcome_batches"`
+	OutcomesPerBatch float64 `json:"outcomes_per_batch"`
+	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
+}
+
+// payload is what each delivery carries: the insert time, for latency.
+type payload struct {
+	T    int64  `json:"t"`
+	Live bool   `json:"live,omitempty"`
+	Pad  string `json:"pad"`
+}
+
+// receiver checks order per (subscription, asset) and records latency.
+type receiver struct {
+	mu         sync.Mutex
+	last       map[string]int64
+	latencies  []time.Duration
+	violations atomic.Int64
+	dups       atomic.Int64
+	backlog    atomic.Int64
+	live       atomic.Int64
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if r.URL.Path == "/ceiling" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	var env struct {
+		AssetID  *string `json:"asset_id"`
+		AssetSeq int64   `json:"asset_seq"`
+		Data     payload `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil || env.AssetID == nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	key := r.URL.Path + "|" + *env.AssetID
+	rc.mu.Lock()
+	prev, seen := rc.last[key]
+	switch {
+	case seen && env.AssetSeq == prev:
+		rc.dups.Add(1)
+	case seen && env.AssetSeq < prev:
+		rc.violations.Add(1)
+	case !seen && env.AssetSeq != 1, seen && env.AssetSeq != prev+1:
+		// A gap: an earlier event of the stream has not arrived yet and
+		// would arrive out of order.
+		rc.violations.Add(1)
+		rc.last[key] = env.AssetSeq
+	default:
+		rc.last[key] = env.AssetSeq
+	}
+	if env.Data.Live {
+		rc.latencies = append(rc.latencies, now.Sub(time.Unix(0, env.Data.T)))
+	}
+	rc.mu.Unlock()
+	if env.Data.Live {
+		rc.live.Add(1)
+	} else {
+		rc.backlog.Add(1)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Run performs one benchmark on pool, which must be a migrated database of
+// its own (the run adds subscriptions and deliveries to it).
+func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
+	if o.Subscriptions < 1 || o.Assets < 1 || o.Events < 0 || o.LiveEvents < 0 {
+		return nil, errors.New("subscriptions and assets must be at least 1, events not negative")
+	}
+	if o.LiveRate <= 0 {
+		o.LiveRate = 500
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+
+	rc := &receiver{last: map[string]int64{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+
+	dc := o.Deliverer
+	dc.AllowedCIDRs = append(slices.Clone(dc.AllowedCIDRs), netip.MustParsePrefix("127.0.0.0/8"))
+	dc.Workers = max(dc.Workers, 1)
+	dc.MaxInFlightPerSubscription = max(dc.MaxInFlightPerSubscription, 1)
+	dc.Logger = logger
+	res := &Result{Subscriptions: o.Subscriptions, Assets: o.Assets, Events: o.Events, LiveEvents: o.LiveEvents,
+		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription}
+
+	// The machine's ceiling: the same client and receiver, no database.
+	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil), base+"/ceiling", dc.Workers)
+	logger.InfoContext(ctx, "ceiling measured", "http_posts_per_second", int(res.CeilingPerSecond))
+
+	subs := store.NewSubscriptionStore(pool, true, 0)
+	subIDs := make([]string, o.Subscriptions)
+	for i := range subIDs {
+		u := fmt.Sprintf("%s/s/%d", base, i)
+		s, err := subs.Create(ctx, store.SubscriptionInput{URL: &u, EventTypes: []string{"*"}})
+		if err != nil {
+			return nil, err
+		}
+		subIDs[i] = s.ID
+	}
+	seqs := map[string]int64{}
+	pad := strings.Repeat("x", 160)
+	nextRows := func(from, n int, live bool) []store.Pending {
+		rows := make([]store.Pending, 0, n)
+		t := time.Now().UnixNano()
+		for i := from; i < from+n; i++ {
+			s := i % o.Subscriptions
+			asset := "asset-" + strconv.Itoa((i/o.Subscriptions)%o.Assets)
+			key := subIDs[s] + "|" + asset
+			seqs[key]++
+			seq := seqs[key]
+			p, _ := json.Marshal(payload{T: t, Live: live, Pad: pad})
+			rows = append(rows, store.Pending{SubscriptionID: subIDs[s], Event: store.Event{
+				ID: fmt.Sprintf("bench-%d-%v", i, live), Type: "bench.event", Topic: "bench", AssetID: &asset,
+				AssetSeq: &seq, Payload: string(p), CreatedAt: time.Now()}})
+		}
+		return rows
+	}
+
+	start := time.Now()
+	for from := 0; from < o.Events; from += 10000 {
+		n := min(10000, o.Events-from)
+		if err := store.CopyPending(ctx, pool, nextRows(from, n, false)); err != nil {
+			return nil, fmt.Errorf("insert backlog: %w", err)
+		}
+	}
+	res.InsertSeconds = time.Since(start).Seconds()
+	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "elapsed_seconds", res.InsertSeconds)
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.BaselineHeapMiB = float64(ms.HeapAlloc) / (1 << 20)
+	var peak atomic.Uint64
+	peak.Store(ms.HeapAlloc)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > peak.Load() {
+					peak.Store(ms.HeapAlloc)
+				}
+			}
+		}
+	})
+
+	d, err := delivery.NewDeliverer(pool, dc)
+	if err != nil {
+		stopSampling()
+		return nil, err
+	}
+	runCtx, stopDeliverer := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	start = time.Now()
+	go func() { runErr <- d.Run(runCtx) }()
+	stop := func() error {
+		stopDeliverer()
+		return <-runErr
+	}
+
+	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= int64(o.Events) }); err != nil {
+		stopSampling()
+		_ = stop()
+		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), o.Events, err)
+	}
+	res.DrainSeconds = time.Since(start).Seconds()
+	if res.DrainSeconds > 0 {
+		res.DeliveriesPerSecond = float64(o.Events) / res.DrainSeconds
+	}
+	if res.CeilingPerSecond > 0 {
+		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
+	}
+	st := d.Stats()
+	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
+	if st.Claims > 0 {
+		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
+		res.ClaimMS = st.ClaimTime.Seconds() * 1000 / float64(st.Claims)
+	}
+	if st.Records > 0 {
+		res.OutcomesPerBatch = float64(st.Recorded) / float64(st.Records)
+		res.OutcomeBatchMS = st.RecordTime.Seconds() * 1000 / float64(st.Records)
+	}
+	stopSampling()
+	sampler.Wait()
+	res.PeakHeapMiB = float64(peak.Load()) / (1 << 20)
+	logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+
+	// Live phase: small transactions at a steady rate, latency measured from
+	// just before each insert to the request's arrival.
+	if o.LiveEvents > 0 {
+		tick := 10 * time.Millisecond
+		perTick := max(1, o.LiveRate/100)
+		t := time.NewTicker(tick)
+		for sent := 0; sent < o.LiveEvents; {
+			<-t.C
+			n := min(perTick, o.LiveEvents-sent)
+			if err := store.CopyPending(ctx, pool, nextRows(o.Events+sent, n, true)); err != nil {
+				t.Stop()
+				_ = stop()
+				return nil, fmt.Errorf("insert live events: %w", err)
+			}
+			sent += n
+		}
+		t.Stop()
+		if err := waitUntil(ctx, func() bool { return rc.live.Load() >= int64(o.LiveEvents) }); err != nil {
+			_ = stop()
+			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), o.LiveEvents, err)
+		}
+		rc.mu.Lock()
+		lat := slices.Clone(rc.latencies)
+		rc.mu.Unlock()
+		slices.Sort(lat)
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		res.LatencyP50MS = ms(lat[len(lat)*50/100])
+		res.LatencyP99MS = ms(lat[min(len(lat)-1, len(lat)*99/100)])
+		res.LatencyMaxMS = ms(lat[len(lat)-1])
+	}
+	if err := stop(); err != nil {
+		return nil, err
+	}
+	res.OrderViolations = rc.violations.Load()
+	res.Duplicates = rc.dups.Load()
+	if res.NotDelivered, err = store.NotDelivered(ctx, pool); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func waitUntil(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// ceiling posts to the receiver from `workers` goroutines for two seconds
+// through the webhook client: what this machine's HTTP path allows with no
+// database in the way.
+func ceiling(ctx context.Context, client *http.Client, url string, workers int) float64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	body := strings.Repeat("x", 300)
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+				resp, err := client.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}

@@ -1,0 +1,512 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/service"
+	"github.com/outboxbridge/bridge/internal/tracing"
+)
+
+// notifyChannel is where the deliveries trigger announces new rows.
+const notifyChannel = "bridge_deliveries"
+
+// queryTimeout bounds one bookkeeping query, so a stuck statement cannot
+// stall a loop forever.
+const queryTimeout = 30 * time.Second
+
+// Deliverer claims deliveries and sends them with a pool of workers. Several
+// Deliverers (processes or replicas) can run against one database: the claim
+// keeps per-(subscription, asset) order across all of them.
+type Deliverer struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	store  *store.DeliveryStore
+	client *http.Client
+	log    *slog.Logger
+	tracer trace.Tracer
+
+	// wakes has one channel per claim loop: anything that may have made work
+	// claimable (a NOTIFY, a written outcome, a reclaim) pokes them all.
+	wakes []chan struct{}
+	// inFlight counts claims out: queued, in a request, or waiting for
+	// their outcome to be written.
+	inFlight atomic.Int64
+	running  atomic.Bool
+	stats    counters
+}
+
+// counters are the engine's own figures (Stats).
+type counters struct {
+	claims, claimed, claimNanos    atomic.Int64
+	records, recorded, recordNanos atomic.Int64
+}
+
+// Stats are the engine's figures since it started: how many claim
+// statements ran, how many rows they returned and how long they took, and
+// the same for outcome batches. A benchmark reads them to say where the time
+// goes.
+type Stats struct {
+	Claims, Claimed, Records, Recorded int64
+	ClaimTime, RecordTime              time.Duration
+}
+
+// Stats returns the engine's figures so far.
+func (d *Deliverer) Stats() Stats {
+	return Stats{
+		Claims: d.stats.claims.Load(), Claimed: d.stats.claimed.Load(),
+		Records: d.stats.records.Load(), Recorded: d.stats.recorded.Load(),
+		ClaimTime: time.Duration(d.stats.claimNanos.Load()), RecordTime: time.Duration(d.stats.recordNanos.Load()),
+	}
+}
+
+// recorded is a success or retry on its way to the recorder.
+type recorded struct {
+	res    store.Result
+	ctx    context.Context
+	log    *slog.Logger
+	status int
+}
+
+// NewDeliverer returns a Deliverer on pool; zero fields of cfg take their
+// defaults. `bridge deliver` and `bridge run` both start one.
+func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Lease <= cfg.Timeout {
+		return nil, fmt.Errorf("webhook lease (%s) must be longer than the request timeout (%s): a claim must not expire while its request can still be running", cfg.Lease, cfg.Timeout)
+	}
+	wakes := make([]chan struct{}, cfg.ClaimLoops)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	d := &Deliverer{
+		wakes:  wakes,
+		pool:   pool,
+		cfg:    cfg,
+		store:  store.NewDeliveryStore(pool),
+		client: NewHTTPClient(cfg.AllowedCIDRs, cfg.TracerProvider),
+		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
+		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/delivery"),
+	}
+	for _, p := range cfg.AllowedCIDRs {
+		// An exemption covering a whole address family turns the SSRF
+		// guard off for it without a word: every subscription could then
+		// reach the cloud metadata endpoint, localhost and the private
+		// network. Allowed (a lab may want it), but never silently.
+		if p.Bits() == 0 {
+			family := "IPv6"
+			if p.Addr().Is4() {
+				family = "IPv4"
+			}
+			d.log.Warn(fmt.Sprintf("WEBHOOK_ALLOWED_CIDRS contains %s: the SSRF guard is off for every %s address "+
+				"(loopback, private networks, cloud metadata endpoints); list only the ranges your endpoints need", p, family),
+				"variable", "WEBHOOK_ALLOWED_CIDRS", "cidr", p.String())
+		}
+	}
+	return d, nil
+}
+
+// ID is what this deliverer writes in claimed_by.
+func (d *Deliverer) ID() string { return d.cfg.ID }
+
+func (d *Deliverer) poke() {
+	for _, w := range d.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run delivers until ctx is cancelled, then shuts down gracefully: it stops
+// claiming, gives requests in flight ShutdownGrace to finish (their outcome is
+// recorded), cancels the rest and releases every claim it still holds without
+// charging the attempt — a deploy must not look like a failing endpoint. It
+// returns nil after a clean shutdown.
+func (d *Deliverer) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return errors.New("deliverer is already running")
+	}
+	defer d.running.Store(false)
+
+	// Requests run under their own context: cancelling ctx stops claiming,
+	// not the requests already sent. That one is cancelled ShutdownGrace
+	// later.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+
+	jobs := make(chan store.Claim, d.capacity())
+	results := make(chan recorded, d.capacity())
+	var workers, recorder, loops sync.WaitGroup
+	for range d.cfg.Workers {
+		workers.Go(func() {
+			for c := range jobs {
+				if !d.process(ctx, reqCtx, c, results) {
+					d.inFlight.Add(-1)
+					d.poke()
+				}
+			}
+		})
+	}
+	recorder.Go(func() { d.recordLoop(results) })
+	loops.Go(func() {
+		notified := make(chan struct{}, 1)
+		go service.Listen(ctx, service.Listener{Pool: d.pool, Channel: notifyChannel, Logger: d.log}, notified)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-notified:
+				d.poke()
+			}
+		}
+	})
+	loops.Go(func() {
+		service.Every(ctx, service.Loop{Name: "reclaim stalled deliveries", Interval: d.cfg.ReclaimInterval,
+			Timeout: queryTimeout, Logger: d.log}, d.reclaim)
+	})
+	loops.Go(func() {
+		service.Every(ctx, service.Loop{Name: "delivery retention", Interval: d.cfg.PruneInterval, Logger: d.log}, d.prune)
+	})
+
+	d.log.InfoContext(ctx, "delivering", "workers", d.cfg.Workers, "max_in_flight_per_subscription", d.cfg.MaxInFlightPerSubscription,
+		"poll_interval", d.cfg.PollInterval, "lease", d.cfg.Lease, "max_attempts", d.cfg.maxAttempts())
+	var claimers sync.WaitGroup
+	for i := range d.cfg.ClaimLoops {
+		claimers.Go(func() { d.claimLoop(ctx, jobs, i) })
+	}
+	claimers.Wait()
+
+	// Shutdown.
+	d.log.InfoContext(ctx, "stopping: no new claims; waiting for requests in flight", "in_flight", d.inFlight.Load(), "grace", d.cfg.ShutdownGrace)
+	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelReqs)
+	close(jobs)
+	workers.Wait()
+	grace.Stop()
+	// Every outcome is written before the claims still held are released:
+	// releasing one whose answer is waiting in the recorder would send it
+	// again and un-charge an attempt that was made.
+	close(results)
+	recorder.Wait()
+	loops.Wait()
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
+	defer cancel()
+	n, err := d.store.ReleaseAll(bctx, d.cfg.ID)
+	if err != nil {
+		// The leases bring them back after WEBHOOK_LEASE.
+		d.log.ErrorContext(bctx, "release claims at shutdown failed; they return when their lease expires", "err", err)
+	} else if n > 0 {
+		d.log.InfoContext(bctx, "released claims without charging their attempt", "released", n)
+	}
+	d.client.CloseIdleConnections()
+	d.log.InfoContext(bctx, "stopped")
+	return nil
+}
+
+// capacity is how many claims may be out at once: two per worker — one in
+// a request, one queued or waiting for its outcome to be written. The claim
+// statement costs about the same for 5 rows as for 30, and the claim loop is
+// serial, so claiming only for idle workers made it the bottleneck (a claim
+// returned the few workers that freed up during the previous one). The
+// queue is bounded, so memory stays bounded by the worker count, whatever
+// the backlog; queued claims hold only rows that are their stream's next
+// anyway.
+func (d *Deliverer) capacity() int { return 2 * d.cfg.Workers }
+
+// reserve takes up to n of the free claim slots (capacity minus claims out)
+// for one claim, so claim loops running at once never hand out more than
+// capacity together.
+func (d *Deliverer) reserve(n int) int {
+	for {
+		out := d.inFlight.Load()
+		take := min(int64(n), int64(d.capacity())-out)
+		if take <= 0 {
+			return 0
+		}
+		if d.inFlight.CompareAndSwap(out, out+take) {
+			return int(take)
+		}
+	}
+}
+
+// claimLoop claims for its share of the subscriptions (loop of ClaimLoops)
+// whenever a notification, a written outcome, a reclaim or the poll tick
+// says there may be work. Several loops claim at once, each for different
+// subscriptions, so the claim statement's latency no longer bounds the rate
+// of the whole deliverer; the per-subscription cap stays exact because a
+// subscription is claimed for by one claim at a time (see store.ClaimShare).
+// A loop takes at most twice its even share of the free slots per claim, so
+// one loop cannot starve the others.
+func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop int) {
+	ticker := time.NewTicker(d.cfg.PollInterval)
+	defer ticker.Stop()
+	wake := d.wakes[loop]
+	share := max(1, 2*d.capacity()/d.cfg.ClaimLoops)
+	failures := 0
+	for {
+		want := d.reserve(share)
+		full, soon := false, false
+		if want > 0 {
+			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+			began := time.Now()
+			claims, contended, err := d.store.ClaimShare(qctx, store.ClaimParams{
+				ClaimedBy: d.cfg.ID, Limit: want, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
+				Loops: d.cfg.ClaimLoops, Loop: loop,
+			})
+			cancel()
+			d.stats.claims.Add(1)
+			d.stats.claimed.Add(int64(len(claims)))
+			d.stats.claimNanos.Add(int64(time.Since(began)))
+			if unused := want - len(claims); unused > 0 {
+				d.inFlight.Add(-int64(unused))
+			}
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				failures++
+				d.log.ErrorContext(ctx, "claim failed; retrying", "err", err, "consecutive_failures", failures)
+			default:
+				failures = 0
+				for _, c := range claims {
+					jobs <- c // never blocks: at most capacity claims are out
+				}
+				full = len(claims) == want
+				// Another replica's claim is serving some of these
+				// subscriptions right now: look again shortly rather than
+				// at the next tick.
+				soon = contended > 0 && len(claims) == 0
+			}
+		}
+		if full {
+			continue // there may be more; workers are busy now, so free will be 0 or small
+		}
+		var again <-chan time.Time
+		if soon {
+			again = time.After(5 * time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-again:
+		case <-ticker.C:
+		}
+	}
+}
+
+// reclaim runs reclaim_stalled: a claim whose worker died would otherwise
+// hold its stream forever.
+func (d *Deliverer) reclaim(ctx context.Context) error {
+	pending, dead, err := d.store.ReclaimStalled(ctx, 1000, d.cfg.maxAttempts())
+	if err != nil {
+		return err
+	}
+	if pending+dead > 0 {
+		d.log.WarnContext(ctx, "reclaimed deliveries whose lease expired (attempt kept)", "to_pending", pending, "dead", dead)
+		d.poke()
+	}
+	return nil
+}
+
+// prune applies WEBHOOK_RETENTION in batches of 1,000, so no statement holds
+// many row locks or runs long, and at most 100 batches a round, so a large
+// first cleanup is spread out.
+func (d *Deliverer) prune(ctx context.Context) error {
+	total, err := service.PruneInBatches(ctx, service.Prune{Batch: 1000, MaxBatches: 100, Timeout: queryTimeout},
+		func(ctx context.Context, limit int) (int64, error) {
+			n, err := d.store.PruneDelivered(ctx, d.cfg.Retention, limit)
+			return int64(n), err
+		})
+	if total > 0 {
+		d.log.InfoContext(ctx, "deleted delivered deliveries past retention", "deleted", total, "retention", d.cfg.Retention)
+	}
+	return err
+}
+
+// process sends one claimed delivery. A success or a retry goes to the
+// recorder, which writes it with others (it reports true: the claim stays out
+// until then); a death or a release is written here.
+func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results chan<- recorded) bool {
+	logCtx := tracing.ContextWithRemoteParent(context.WithoutCancel(ctx), c.Traceparent, c.Tracestate)
+	log := d.log.With("delivery_id", c.ID, "dedup_id", c.EventID, "subscription_id", c.SubscriptionID,
+		"attempt", c.Attempts, "url", redactURL(c.URL))
+	bctx, cancel := context.WithTimeout(logCtx, queryTimeout)
+	defer cancel()
+
+	if ctx.Err() != nil {
+		// Claimed, but shutdown began before a worker took it: not sent, so
+		// not charged.
+		d.release(bctx, log, &c)
+		return false
+	}
+	res := send(reqCtx, d.client, &c, d.cfg.Timeout, time.Now())
+	if !res.success() && res.status == 0 && reqCtx.Err() != nil {
+		// Cancelled by shutdown after the grace period: the endpoint did not
+		// fail, the deploy interrupted it.
+		d.release(bctx, log, &c)
+		return false
+	}
+	out := store.Outcome{
+		StartedAt: res.started, Duration: res.duration, StatusCode: res.status, Error: res.describe(),
+		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
+	}
+	if res.success() {
+		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDelivered)
+		results <- recorded{res: store.Result{Claim: &c, Kind: store.Delivered, Outcome: out}, ctx: logCtx, log: log, status: res.status}
+		return true
+	}
+	gone := res.status == http.StatusGone
+	if gone || c.Attempts >= d.cfg.maxAttempts() {
+		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDead)
+		r, err := d.store.Dead(bctx, &c, d.cfg.ID, out, d.cfg.DisableAfter, gone)
+		switch {
+		case err != nil:
+			log.ErrorContext(bctx, "recording a dead delivery failed", "err", err, "error", out.Error)
+		case !r.Current:
+			log.WarnContext(bctx, "failed after the claim was reclaimed; outcome logged only", "error", out.Error)
+		default:
+			log.ErrorContext(bctx, "delivery dead; the rows behind it in its stream proceed", "error", out.Error, "status", res.status,
+				"consecutive_dead", r.ConsecutiveFailures)
+			d.deadSpan(bctx, &c, out.Error)
+			if r.DisabledNow {
+				d.cfg.Metrics.SubscriptionDisabled()
+				log.ErrorContext(bctx, "subscription disabled", "reason", r.DisabledReason)
+			}
+		}
+		return false
+	}
+	d.cfg.Metrics.Attempt(res.status, res.duration, "retry")
+	scheduled := d.cfg.RetrySchedule[c.Attempts-1]
+	delay := retryDelay(scheduled, jitter(scheduled), res.retryAfter, res.hasRA)
+	results <- recorded{res: store.Result{Claim: &c, Kind: store.Retry, Outcome: out, RetryIn: delay}, ctx: logCtx, log: log, status: res.status}
+	return true
+}
+
+// maxRecordBatch bounds one outcome transaction.
+const maxRecordBatch = 512
+
+// recordLoop writes successes and retries in batches: whatever has arrived
+// while the previous batch was being written, up to maxRecordBatch. It adds
+// no wait of its own — under light load a batch is one outcome, written at
+// once; under heavy load the time one write takes is the time the next
+// batch fills — so one WAL flush serves many deliveries. It returns when in
+// is closed and everything in it is written.
+func (d *Deliverer) recordLoop(in <-chan recorded) {
+	batch := make([]recorded, 0, maxRecordBatch)
+	for first := range in {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxRecordBatch {
+			select {
+			case r, ok := <-in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		d.record(batch)
+		d.inFlight.Add(-int64(len(batch)))
+		d.poke()
+	}
+}
+
+// record writes one batch. A batch that cannot be written is not lost
+// work: its deliveries stay 'delivering' until their lease runs out, and
+// reclaim sends them again (same webhook-id, attempt kept).
+func (d *Deliverer) record(batch []recorded) {
+	rs := make([]store.Result, len(batch))
+	async := !d.cfg.SyncSuccessCommit
+	for i, r := range batch {
+		rs[i] = r.res
+		async = async && r.res.Kind == store.Delivered
+	}
+	var current []bool
+	began := time.Now()
+	defer func() {
+		d.stats.records.Add(1)
+		d.stats.recorded.Add(int64(len(batch)))
+		d.stats.recordNanos.Add(int64(time.Since(began)))
+	}()
+	err := service.Retry(context.Background(), service.Wait{Name: "record delivery outcomes", Timeout: queryTimeout,
+		AttemptTimeout: queryTimeout, Logger: d.log}, func(ctx context.Context) error {
+		var err error
+		current, err = d.store.Record(ctx, d.cfg.ID, rs, store.RecordOptions{Async: async})
+		return err
+	})
+	for i, r := range batch {
+		out := r.res.Outcome
+		switch {
+		case err != nil && r.res.Kind == store.Delivered:
+			r.log.ErrorContext(r.ctx, "delivered, but recording it failed; the lease will return it and it will be sent again", "err", err)
+		case err != nil:
+			r.log.ErrorContext(r.ctx, "recording a failed attempt failed", "err", err, "error", out.Error)
+		case !current[i] && r.res.Kind == store.Delivered:
+			r.log.WarnContext(r.ctx, "delivered after the claim was reclaimed (lease expired); it may be sent twice", "status", r.status)
+		case !current[i]:
+			r.log.WarnContext(r.ctx, "failed after the claim was reclaimed; outcome logged only", "error", out.Error)
+		case r.res.Kind == store.Delivered:
+			r.log.DebugContext(r.ctx, "delivered", "status", r.status, "duration", out.Duration)
+		default:
+			r.log.WarnContext(r.ctx, "attempt failed; will retry", "error", out.Error, "status", r.status,
+				"retry_in", r.res.RetryIn.Round(time.Millisecond))
+		}
+	}
+}
+
+func tracerProvider(tp trace.TracerProvider) trace.TracerProvider {
+	if tp == nil {
+		return otel.GetTracerProvider()
+	}
+	return tp
+}
+
+// deadSpan records a dead delivery in its trace: a short span with a
+// delivery.dead event, so the trace in Jaeger shows where the event stopped.
+func (d *Deliverer) deadSpan(ctx context.Context, c *store.Claim, reason string) {
+	_, span := d.tracer.Start(ctx, "webhook dead", trace.WithAttributes(
+		attribute.String("messaging.message.id", c.EventID),
+		attribute.String("webhook.subscription_id", c.SubscriptionID),
+		attribute.Int64("webhook.delivery_id", c.ID),
+		attribute.Int("webhook.attempt", c.Attempts)))
+	span.AddEvent("delivery.dead", trace.WithAttributes(attribute.String("reason", reason)))
+	span.SetStatus(codes.Error, reason)
+	span.End()
+}
+
+func (d *Deliverer) release(ctx context.Context, log *slog.Logger, c *store.Claim) {
+	if err := d.store.Release(ctx, c, d.cfg.ID); err != nil {
+		log.ErrorContext(ctx, "release failed; the lease will return it", "err", err)
+	}
+}
+
+// redactURL keeps scheme, host and path: subscribers put tokens in query
+// strings and userinfo, and logs and traces travel further than the
+// database. Everything that shows a subscription's URL outside the
+// subscriptions table (log lines, span attributes, an attempt's error)
+// goes through it.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment, u.User, u.Opaque = "", false, "", "", nil, ""
+	return u.String()
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/pgtest"
+)
+
+type testBundle struct {
+	db    *pgtest.DB
+	pool  *pgxpool.Pool
+	subs  *SubscriptionStore
+	store *DeliveryStore
+}
+
+func setup(t *testing.T) *testBundle { return setupB(t) }
+
+func setupB(t testing.TB) *testBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	return &testBundle{
+		db:    db,
+		pool:  db.Pool,
+		subs:  NewSubscriptionStore(db.Pool, true, time.Hour),
+		store: NewDeliveryStore(db.Pool),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (b *testBundle) createSub(t *testing.T, url string) *Subscription {
+	t.Helper()
+	sub, err := b.subs.Create(context.Background(), SubscriptionInput{URL: &url, EventTypes: []string{"*"}})
+	if err != nil {
+		t.Fatalf("create subscription: %v", err)
+	}
+	return sub
+}
+
+// insert adds a delivery the way the consumer does and returns its id.
+// asset "" means the null asset.
+func (b *testBundle) insert(t testing.TB, subID, asset string, n int, payload string) int64 {
+	t.Helper()
+	var assetArg any
+	if asset != "" {
+		assetArg = asset
+	}
+	var id int64
+	err := b.pool.QueryRow(context.Background(), `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at, traceparent)
+VALUES ($1, $2, 'asset.updated', 'assets', $3, $4, $5::jsonb, now(), $6)
+RETURNING id`, subID, fmt.Sprintf("evt-%s-%s-%d-%d", subID[:8], asset, n, time.Now().UnixNano()), assetArg, n, payload,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").Scan(&id)
+	if err != nil {
+		t.Fatalf("insert delivery: %v", err)
+	}
+	return id
+}
+
+type row struct {
+	Status        string
+	Attempts      int
+	NextAttemptAt time.Time
+}
+
+func (b *testBundle) get(t *testing.T, id int64) row {
+	t.Helper()
+	var r row
+	err := b.pool.QueryRow(context.Background(), `SELECT status, attempts, next_attempt_at FROM bridge.deliveries WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempts, &r.NextAttemptAt)
+	if err != nil {
+		t.Fatalf("read delivery %d: %v", id, err)
+	}
+	return r
+}
+
+func (b *testBundle) sub(t *testing.T, id string) *Subscription {
+	t.Helper()
+	s, err := b.subs.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get subscription: %v", err)
+	}
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The operator views behind the console (internal/console): per
+// subscription health, one stream's open deliveries, a delivery's trace,
+// and a test event.
+
+// subscriptionHealthSQL: the counts per status are index-only probes on
+// deliveries_by_subscription_status; the attempts of the last hour are a
+// range on delivery_attempts_started_at (migration 00040).
+const subscriptionHealthSQL = `
+WITH a AS (
+  SELECT d.subscription_id,
+         count(*) AS total,
+         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299) AS ok,
+         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299 AND x.started_at > now() - interval '1 minute') AS ok_minute
+  FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
+  WHERE x.started_at > now() - interval '1 hour'
+  GROUP BY 1)
+SELECT s.id::text AS subscription_id,
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'delivering') AS in_flight,
+       (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
+       coalesce(a.total, 0) AS attempts_last_hour, coalesce(a.ok, 0) AS succeeded_last_hour,
+       coalesce(a.ok_minute, 0) AS delivered_last_minute
+FROM bridge.subscriptions s LEFT JOIN a ON a.subscription_id = s.id`
+
+const countStreamSQL = `
+SELECT count(*) FROM bridge.deliveries d
+WHERE d.subscription_id = $1 AND coalesce(d.asset_id, '') = $2 AND d.status IN ('pending', 'delivering')`
+
+// listStreamSQL walks deliveries_open_by_stream: the head (in flight or next)
+// first, then what waits behind it.
+const listStreamSQL = `
+SELECT ` + deliveryColumns + `
+FROM bridge.deliveries d
+WHERE d.subscription_id = $1 AND coalesce(d.asset_id, '') = $2 AND d.status IN ('pending', 'delivering')
+ORDER BY d.seq
+LIMIT $3`
+
+const getTraceparentSQL = `SELECT coalesce(traceparent, '') FROM bridge.deliveries WHERE id = $1`
+
+// insertTestDeliverySQL queues the console's test event: a stream of its
+// own (asset bridge.test), so it waits behind none of the real events.
+const insertTestDeliverySQL = `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, payload, event_created_at)
+VALUES ($1, $2, $3, 'bridge.console', 'bridge.test', $4::jsonb, now())
+RETURNING id`
+
+// SubscriptionHealth is one subscription's delivery figures.
+type SubscriptionHealth struct {
+	SubscriptionID string `json:"subscription_id" db:"subscription_id"`
+	Pending        int64  `json:"pending" db:"pending"`
+	InFlight       int64  `json:"in_flight" db:"in_flight"`
+	Dead           int64  `json:"dead" db:"dead"`
+	// AttemptsHour / SucceededHour: HTTP attempts started in the last hour
+	// and those answered 2xx (the success rate is their ratio).
+	AttemptsHour  int64 `json:"attempts_last_hour" db:"attempts_last_hour"`
+	SucceededHour int64 `json:"succeeded_last_hour" db:"succeeded_last_hour"`
+	// DeliveredMinute: attempts answered 2xx in the last minute (÷60 is the
+	// subscription's deliveries per second).
+	DeliveredMinute int64 `json:"delivered_last_minute" db:"delivered_last_minute"`
+}
+
+// SuccessRate is SucceededHour/AttemptsHour, or -1 when nothing was tried.
+func (h SubscriptionHealth) SuccessRate() float64 {
+	if h.AttemptsHour == 0 {
+		return -1
+	}
+	return float64(h.SucceededHour) / float64(h.AttemptsHour)
+}
+
+// Health returns every subscription's figures, keyed by subscription id.
+func (s *DeliveryStore) Health(ctx context.Context) (map[string]SubscriptionHealth, error) {
+	rows, err := s.db.Query(ctx, subscriptionHealthSQL)
+	if err != nil {
+		return nil, fmt.Errorf("subscription health: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[SubscriptionHealth])
+	if err != nil {
+		return nil, fmt.Errorf("subscription health: %w", err)
+	}
+	out := make(map[string]SubscriptionHealth, len(list))
+	for _, h := range list {
+		out[h.SubscriptionID] = h
+	}
+	return out, nil
+}
+
+// Stream returns the open (delivering, then pending) deliveries of one
+// (subscription, asset) stream in stream order, at most limit, and how many
+// are open in all. asset "" is the null-asset stream.
+func (s *DeliveryStore) Stream(ctx context.Context, subscriptionID, asset string, limit int) ([]Delivery, int64, error) {
+	id, err := ParseID(subscriptionID)
+	if err != nil {
+		return nil, 0, err
+	}
+	var open int64
+	if err := s.db.QueryRow(ctx, countStreamSQL, id, asset).Scan(&open); err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	rows, err := s.db.Query(ctx, listStreamSQL, id, asset, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[Delivery])
+	if err != nil {
+		return nil, 0, fmt.Errorf("read stream: %w", err)
+	}
+	return ds, open, nil
+}
+
+// Traceparent returns the W3C traceparent a delivery carries ("" when none).
+func (s *DeliveryStore) Traceparent(ctx context.Context, id int64) (string, error) {
+	var tp string
+	if err := s.db.QueryRow(ctx, getTraceparentSQL, id).Scan(&tp); err != nil {
+		return "", notFound("delivery", fmt.Sprint(id), err)
+	}
+	return tp, nil
+}
+
+// TestEventType is the event type of SendTest's deliveries.
+const TestEventType = "bridge.test"
+
+// SendTest queues a test delivery to the subscription (event type
+// bridge.test, a stream of its own so it waits behind none of the
+// subscription's real events) and returns its id. The deliverer sends it
+// like any other: signed, retried, logged. It is queued even while the
+// subscription is disabled, and goes out once it is enabled.
+func (s *DeliveryStore) SendTest(ctx context.Context, subscriptionID string) (int64, error) {
+	id, err := ParseID(subscriptionID)
+	if err != nil {
+		return 0, err
+	}
+	eventID := "test-" + uuid.NewString()
+	payload, err := json.Marshal(map[string]any{
+		"test":    true,
+		"message": "test event from the Outbox Bridge console",
+		"sent_at": time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		return 0, err
+	}
+	var did int64
+	err = s.db.QueryRow(ctx, insertTestDeliverySQL, id, eventID, TestEventType, string(payload)).Scan(&did)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return 0, fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue test delivery: %w", err)
+	}
+	return did, nil
+}

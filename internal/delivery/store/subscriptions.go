@@ -1,0 +1,365 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/contract"
+)
+
+// bridge.subscriptions ---------------------------------------------------------
+
+// subscriptionColumns is the one column list of a Subscription, named as its
+// db tags so pgx.RowToAddrOfStructByName maps them; every statement that
+// returns a subscription ends with it.
+const subscriptionColumns = `s.id::text AS id, s.url, s.description, s.event_types, coalesce(s.topic, '') AS topic, s.enabled,
+       coalesce(s.disabled_reason, '') AS disabled_reason, s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+
+const insertSubscriptionSQL = `
+INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic)
+VALUES ($1, $2, $3, nullif($4, ''))
+RETURNING ` + subscriptionColumns
+
+const getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s WHERE s.id = $1`
+
+const listSubscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
+
+// updateSubscriptionSQL changes only the fields whose parameter is not NULL;
+// $5 is the topic and $6 says whether to set it (an empty topic clears the filter).
+const updateSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET
+  url = coalesce($2, s.url),
+  description = coalesce($3, s.description),
+  event_types = coalesce($4, s.event_types),
+  topic = CASE WHEN $6::boolean THEN nullif($5, '') ELSE s.topic END,
+  updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+const disableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = false, disabled_reason = $2, disabled_at = now(), updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+// enableSubscriptionSQL resets consecutive_failures: the operator says the
+// endpoint is fixed, so the next death starts a new count.
+const enableSubscriptionSQL = `
+UPDATE bridge.subscriptions s SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
+  consecutive_failures = 0, updated_at = now()
+WHERE s.id = $1
+RETURNING ` + subscriptionColumns
+
+const deleteSubscriptionSQL = `DELETE FROM bridge.subscriptions WHERE id = $1`
+
+// routesSQL reads every subscription's routing rule for the consumer. It
+// runs inside the consumer's batch transaction, so one batch is routed
+// against one consistent set; the consumer's filter decides (disabled ones
+// included), so the rule lives in Go in one place. The table holds one row
+// per endpoint, not per event: small.
+const routesSQL = `
+SELECT s.id::text AS id, s.enabled, s.event_types, coalesce(s.topic, '') AS topic
+FROM bridge.subscriptions s`
+
+// Subscription is an endpoint and what it receives. Secret is set only in
+// the answer to Create and RotateSecret: it is shown once.
+type Subscription struct {
+	ID                  string       `json:"id" db:"id"`
+	URL                 string       `json:"url" db:"url"`
+	Description         string       `json:"description" db:"description"`
+	EventTypes          []string     `json:"event_types" db:"event_types"`
+	Topic               string       `json:"topic,omitempty" db:"topic"`
+	Enabled             bool         `json:"enabled" db:"enabled"`
+	DisabledReason      string       `json:"disabled_reason,omitempty" db:"disabled_reason"`
+	DisabledAt          *time.Time   `json:"disabled_at,omitempty" db:"disabled_at"`
+	ConsecutiveFailures int          `json:"consecutive_failures" db:"consecutive_failures"`
+	CreatedAt           time.Time    `json:"created_at" db:"created_at"`
+	UpdatedAt           time.Time    `json:"updated_at" db:"updated_at"`
+	Secret              string       `json:"secret,omitempty" db:"-"`
+	Secrets             []SecretInfo `json:"secrets,omitempty" db:"-"`
+}
+
+// Route is a subscription as the consumer's router sees it.
+type Route struct {
+	ID         string   `db:"id"`
+	Enabled    bool     `db:"enabled"`
+	EventTypes []string `db:"event_types"`
+	Topic      string   `db:"topic"`
+}
+
+// Routes reads every subscription's routing rule, in q's transaction.
+func Routes(ctx context.Context, q Querier) ([]Route, error) {
+	rows, err := q.Query(ctx, routesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Route])
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// SubscriptionStore manages subscriptions and their secrets.
+type SubscriptionStore struct {
+	db DB
+	// AllowHTTP accepts http:// URLs (WEBHOOK_ALLOW_HTTP).
+	AllowHTTP bool
+	// SecretGrace: how long a rotated-out secret keeps signing
+	// (WEBHOOK_SECRET_GRACE). Zero: it stops at once.
+	SecretGrace time.Duration
+}
+
+// NewSubscriptionStore returns a store on db.
+func NewSubscriptionStore(db DB, allowHTTP bool, secretGrace time.Duration) *SubscriptionStore {
+	return &SubscriptionStore{db: db, AllowHTTP: allowHTTP, SecretGrace: secretGrace}
+}
+
+// SubscriptionInput is what create and update take; nil fields are left
+// unchanged by Update.
+type SubscriptionInput struct {
+	URL         *string
+	EventTypes  []string
+	Topic       *string
+	Description *string
+}
+
+// ValidateURL accepts an absolute http(s) URL with a host; http only when
+// allowHTTP. (Where it points is checked at dial time, on every attempt.)
+func ValidateURL(raw string, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || raw == "" {
+		return &ValidationError{Field: "url", Value: raw, Problem: "is not a valid URL"}
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return &ValidationError{Field: "url", Value: raw, Problem: "must be an absolute http:// or https:// URL"}
+	case u.Host == "" || u.Hostname() == "":
+		return &ValidationError{Field: "url", Value: raw, Problem: "has no host"}
+	case u.User != nil:
+		return &ValidationError{Field: "url", Value: raw, Problem: "must not carry credentials (user:password@); the signature authenticates the sender"}
+	case u.Fragment != "":
+		return &ValidationError{Field: "url", Value: raw, Problem: "must not have a #fragment"}
+	case u.Scheme == "http" && !allowHTTP:
+		return &ValidationError{Field: "url", Value: raw, Problem: "must use https (set WEBHOOK_ALLOW_HTTP=true to allow http)"}
+	}
+	return nil
+}
+
+// validateEventTypes checks the patterns with contract.ValidateEventTypes
+// (the one definition of what a pattern may be) and names the field.
+func validateEventTypes(types []string) error {
+	var pe *contract.PatternError
+	if err := contract.ValidateEventTypes(types); errors.As(err, &pe) {
+		return &ValidationError{Field: "event-types", Value: pe.Value, Problem: pe.Problem}
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+func validateTopic(t string) error {
+	if strings.IndexFunc(t, unicode.IsSpace) >= 0 {
+		return &ValidationError{Field: "topic", Value: t, Problem: "must not contain whitespace"}
+	}
+	return nil
+}
+
+// ParseID checks a subscription id is a UUID.
+func ParseID(id string) (string, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return "", &ValidationError{Field: "subscription id", Value: id, Problem: "is not a UUID"}
+	}
+	return u.String(), nil
+}
+
+func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
+	if create && in.URL == nil {
+		return &ValidationError{Field: "url", Problem: "is required"}
+	}
+	if in.URL != nil {
+		if err := ValidateURL(*in.URL, s.AllowHTTP); err != nil {
+			return err
+		}
+	}
+	if create || in.EventTypes != nil {
+		if err := validateEventTypes(in.EventTypes); err != nil {
+			return err
+		}
+	}
+	if in.Topic != nil {
+		if err := validateTopic(*in.Topic); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// querySubscription runs a statement that returns one subscription.
+func querySubscription(ctx context.Context, q Querier, sql string, args ...any) (*Subscription, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Subscription])
+}
+
+// Create validates the input, stores the subscription with a fresh secret
+// and returns it, secret included.
+func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*Subscription, error) {
+	if err := s.validate(in, true); err != nil {
+		return nil, err
+	}
+	secret := NewSecret()
+	var sub *Subscription
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic))
+		if err != nil {
+			return err
+		}
+		return writeSecret(ctx, tx, sub.ID, secret)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create subscription: %w", err)
+	}
+	sub.Secret = secret
+	return sub, nil
+}
+
+// Get returns a subscription with its secrets' metadata.
+func (s *SubscriptionStore) Get(ctx context.Context, id string) (*Subscription, error) {
+	id, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := querySubscription(ctx, s.db, getSubscriptionSQL, id)
+	if err != nil {
+		return nil, notFound("subscription", id, err)
+	}
+	if sub.Secrets, err = listSecrets(ctx, s.db, id); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// List returns every subscription, oldest first.
+func (s *SubscriptionStore) List(ctx context.Context) ([]Subscription, error) {
+	rows, err := s.db.Query(ctx, listSubscriptionsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscription])
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// Update changes the non-nil fields of in.
+func (s *SubscriptionStore) Update(ctx context.Context, id string, in SubscriptionInput) (*Subscription, error) {
+	id, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.validate(in, false); err != nil {
+		return nil, err
+	}
+	var eventTypes any
+	if in.EventTypes != nil {
+		eventTypes = in.EventTypes
+	}
+	sub, err := querySubscription(ctx, s.db, updateSubscriptionSQL, id, in.URL, in.Description, eventTypes, deref(in.Topic), in.Topic != nil)
+	if err != nil {
+		return nil, notFound("subscription", id, err)
+	}
+	return sub, nil
+}
+
+// RotateSecret adds a new secret and gives the current one SecretGrace to
+// live; both sign until then. The answer carries the new secret.
+func (s *SubscriptionStore) RotateSecret(ctx context.Context, id string) (*Subscription, error) {
+	id, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	secret := NewSecret()
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := querySubscription(ctx, tx, getSubscriptionSQL, id); err != nil {
+			return notFound("subscription", id, err)
+		}
+		return rotateSecret(ctx, tx, id, secret, s.SecretGrace)
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("rotate secret: %w", err)
+	}
+	sub, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sub.Secret = secret
+	return sub, nil
+}
+
+// Disable stops deliveries to the subscription; its pending deliveries wait.
+func (s *SubscriptionStore) Disable(ctx context.Context, id, reason string) (*Subscription, error) {
+	id, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = "disabled by an operator"
+	}
+	sub, err := querySubscription(ctx, s.db, disableSubscriptionSQL, id, reason)
+	if err != nil {
+		return nil, notFound("subscription", id, err)
+	}
+	return sub, nil
+}
+
+// Enable resumes deliveries and resets the consecutive-failure count.
+func (s *SubscriptionStore) Enable(ctx context.Context, id string) (*Subscription, error) {
+	id, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := querySubscription(ctx, s.db, enableSubscriptionSQL, id)
+	if err != nil {
+		return nil, notFound("subscription", id, err)
+	}
+	return sub, nil
+}
+
+// Delete removes the subscription with its secrets, deliveries and log.
+func (s *SubscriptionStore) Delete(ctx context.Context, id string) error {
+	id, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	tag, err := s.db.Exec(ctx, deleteSubscriptionSQL, id)
+	if err != nil {
+		return fmt.Errorf("delete subscription: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
