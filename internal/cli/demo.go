@@ -148,7 +148,7 @@ type DemoParams struct {
 
 // RunDemo is `bridge demo` without its command line: it configures, migrates,
 // starts the broker (embedded unless KAFKA_BROKERS is set) and the runtime of
-// `bridge run`, runs demo.Run with runAll as the pipeline, and cleans up. The
+// `bridge run`, runs demo.Run with allStages as the pipeline, and cleans up. The
 // tests of package demo run the whole pipeline through it. A configuration
 // error is a *config.Error (exit 2).
 func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
@@ -226,10 +226,12 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 		}
 	}
 
-	rt, err := startRuntimeWith(ctx, cfg, serviceAll, runtimeOptions{
-		getenv:    func(k string) string { return env[k] },
-		logger:    logger,
-		noGlobals: p.Isolated,
+	_, uses := needsOf(allStages)
+	rt, err := startRuntimeWith(ctx, cfg, serviceAll, uses, runtimeOptions{
+		getenv:      func(k string) string { return env[k] },
+		logger:      logger,
+		noGlobals:   p.Isolated,
+		connectOnce: true,
 	})
 	if err != nil {
 		return nil, err
@@ -239,7 +241,7 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 	sum, err := demo.Run(ctx, demo.Env{
 		Pool:            rt.Pool,
 		Subscriptions:   store.NewSubscriptionStore(rt.Pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace),
-		Pipeline:        func(ctx context.Context) error { return runAll(ctx, cfg, rt) },
+		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, allStages) },
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),
 		Topic:           topic,
