@@ -22,8 +22,8 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
-	"github.com/outboxbridge/bridge/internal/webhooktest"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 // Defaults of the command's flags: about ten seconds of workload, which a
