@@ -7,7 +7,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // chartWindow is how far back the overview's charts reach.
@@ -16,8 +16,8 @@ const chartWindow = 15 * time.Minute
 // Snapshot is one reading of everything the overview shows.
 type Snapshot struct {
 	At         time.Time
-	Topics     []relay.TopicStats
-	Throughput relay.Throughput
+	Topics     []outboxstore.TopicStats
+	Throughput outboxstore.Throughput
 	Lag        []consumer.PartitionLag
 	LagTotal   int64
 	LagError   string
@@ -149,9 +149,9 @@ func (c *Console) read(ctx context.Context) Snapshot {
 			snap.Error = e.Error()
 		}
 	}
-	snap.Topics, err = relay.ReadTopicStats(ctx, c.pool)
+	snap.Topics, err = outboxstore.ReadTopicStats(ctx, c.pool)
 	fail(err)
-	snap.Throughput, err = relay.ReadThroughput(ctx, c.pool, time.Minute)
+	snap.Throughput, err = outboxstore.ReadThroughput(ctx, c.pool, time.Minute)
 	fail(err)
 	subs, err := c.subs.List(ctx)
 	fail(err)

@@ -22,7 +22,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // Defaults of the command's flags: about ten seconds of workload, which a
@@ -207,10 +207,11 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		if err := env.Subscriptions.Delete(cctx, sub.ID); err != nil {
 			log.Warn("demo subscription left behind", "subscription", sub.ID, "error", err)
 		}
-		for _, q := range []string{deleteRunOutboxSQL, deleteRunInboxSQL} {
-			if _, err := env.Pool.Exec(cctx, q, topic); err != nil {
-				log.Warn("demo rows left behind", "topic", topic, "error", err)
-			}
+		if err := outboxstore.DeleteTopic(cctx, env.Pool, topic); err != nil {
+			log.Warn("demo rows left behind", "topic", topic, "error", err)
+		}
+		if _, err := env.Pool.Exec(cctx, deleteRunInboxSQL, topic); err != nil {
+			log.Warn("demo rows left behind", "topic", topic, "error", err)
 		}
 	}()
 	rcv, err := NewReceiver(sub.Secret)
@@ -287,8 +288,8 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		p := Progress{}
 		qctx, cancel := context.WithTimeout(rctx, database.QueryTimeout)
 		defer cancel()
-		var sent, failed, dead int64
-		if err := env.Pool.QueryRow(qctx, outboxCountsSQL, topic).Scan(&sent, &failed); err == nil {
+		var dead int64
+		if sent, failed, err := outboxstore.TopicCounts(qctx, env.Pool, topic); err == nil {
 			p.Relayed, p.Failed = int(sent), int(failed)
 		} else {
 			p.Relayed, p.Failed = last.Relayed, last.Failed
@@ -420,7 +421,7 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 	pl.mu.Unlock()
 
 	if sum.Failed > 0 {
-		if rows, err := relay.ListFailed(ctx, env.Pool, sum.Topic, 1, false, 0); err == nil && len(rows) > 0 {
+		if rows, err := outboxstore.ListFailed(ctx, env.Pool, sum.Topic, 1, false, 0); err == nil && len(rows) > 0 {
 			sum.FailedReason = rows[0].LastError
 		}
 	}

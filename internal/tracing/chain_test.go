@@ -17,7 +17,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
@@ -226,7 +226,7 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	// continues the original trace.
 	p.StopRelay()
 	p.StartRelay(0)
-	if n, err := relay.ReplayIDs(context.Background(), p.DB.Pool, uuids(t, bigID)); err != nil || n != 1 {
+	if n, err := outboxstore.ReplayIDs(context.Background(), p.DB.Pool, uuids(t, bigID)); err != nil || n != 1 {
 		t.Fatalf("ReplayIDs = %d, %v", n, err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() string {
