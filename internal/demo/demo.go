@@ -55,6 +55,10 @@ type Env struct {
 	// printing.
 	TracerProvider trace.TracerProvider
 	Exporting      bool
+	// TraceText, when set, returns the sample trace's waterfall as text
+	// (flushing the spans and reading them back from Jaeger's query API);
+	// the summary prints it under the trace id.
+	TraceText func(ctx context.Context, traceID string) (string, error)
 	// Topic is the run's topic (Topic(runID)), already created on Brokers.
 	Topic          string
 	RunID          string
@@ -383,6 +387,13 @@ loop:
 	disp.finish(final)
 	sum.Elapsed = time.Since(started)
 	fill(cctx, sum, final, pl, rcv, env)
+	if env.TraceText != nil && env.Exporting && sum.TraceID != "" {
+		if text, err := env.TraceText(cctx, sum.TraceID); err != nil {
+			sum.WaterfallError = err.Error()
+		} else {
+			sum.Waterfall = text
+		}
+	}
 	return sum, runErr
 }
 
