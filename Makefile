@@ -68,3 +68,17 @@ demo:
 
 clean:
 	rm -rf bin
+
+# The fault suite (internal/chaos): SIGKILLs of every process type, broker,
+# receiver and PostgreSQL outages, a PostgreSQL failover and a three-broker
+# cluster losing its leader, judged from outside the pipeline. Its short
+# variant is part of `make test` (go test ./... runs it; it starts its own
+# PostgreSQL instances, its own broker and the kafka-cluster service);
+# `make chaos` is the long variant, with a rolling restart of the cluster.
+# CHAOS_REPORT=file appends each run's measurements as a JSON line.
+.PHONY: chaos chaos-short
+chaos: services build
+	env $(TEST_ENV) CHAOS=long $(GO) test -count=1 -timeout 60m -v ./internal/chaos/...
+
+chaos-short: services build
+	env $(TEST_ENV) $(GO) test -count=1 -timeout 15m -v ./internal/chaos/...
