@@ -265,7 +265,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -275,7 +275,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		s.Secret = ""
 		rows = append(rows, subRow{Sub: s, Health: health[s.ID]})
 	}
-	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows})
+	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows, "RatesAt": c.sampler.ratesRead()})
 }
 
 // splitTypes reads an event-types field: comma- or space-separated.
@@ -317,13 +317,14 @@ func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub.Secret = ""
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
 		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
+		"RatesAt": c.sampler.ratesRead(),
 	})
 }
 
@@ -478,7 +479,7 @@ func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
