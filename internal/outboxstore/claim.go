@@ -11,22 +11,22 @@ import (
 
 // Claimed is one claimed outbox row, as the relay produces it.
 type Claimed struct {
-	ID          uuid.UUID         `db:"id"`
-	Seq         int64             `db:"seq"`
-	AssetSeq    int64             `db:"asset_seq"`
-	Topic       string            `db:"topic"`
-	AssetID     *string           `db:"asset_id"`
-	Lane        int               `db:"lane"`
-	EventType   string            `db:"event_type"`
-	Payload     string            `db:"payload"` // "" when over the size limit
+	ID        uuid.UUID `db:"id"`
+	Seq       int64     `db:"seq"`
+	AssetSeq  int64     `db:"asset_seq"`
+	Topic     string    `db:"topic"`
+	AssetID   *string   `db:"asset_id"`
+	Lane      int       `db:"lane"`
+	EventType string    `db:"event_type"`
+	Payload   string    `db:"payload"` // "" when over the size limit
 	// PayloadBytes is the payload's size as JSON text, read in the claim.
-	PayloadBytes int `db:"payload_bytes"`
-	Headers     map[string]string `db:"headers"`
-	Traceparent string            `db:"traceparent"`
-	Tracestate  string            `db:"tracestate"`
-	Attempts    int               `db:"attempts"`
-	CreatedAt   time.Time         `db:"created_at"`
-	Replayed    bool              `db:"replayed"`
+	PayloadBytes int               `db:"payload_bytes"`
+	Headers      map[string]string `db:"headers"`
+	Traceparent  string            `db:"traceparent"`
+	Tracestate   string            `db:"tracestate"`
+	Attempts     int               `db:"attempts"`
+	CreatedAt    time.Time         `db:"created_at"`
+	Replayed     bool              `db:"replayed"`
 	// Claimable is how many rows the claim found before the byte budget cut
 	// the batch (the same for every row of one claim).
 	Claimable int `db:"claimable"`
