@@ -19,6 +19,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
+	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/logging"
 )
@@ -244,6 +245,7 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, allStages) },
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),
+		TraceText:       traceText(rt, cfg.HTTP.JaegerQueryURL),
 		Topic:           topic,
 		RunID:           runID,
 		Brokers:         cfg.Kafka.Brokers,
@@ -281,6 +283,9 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	// worker, not the default 8 (a multi-tenant guard the demo has no use for).
 	def("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", "32")
 	def("OTEL_SERVICE_NAME", "outbox-bridge-demo")
+	// Where scripts/services-up.sh serves Jaeger's query API: the summary
+	// draws the sample trace from it.
+	def("JAEGER_QUERY_URL", demo.JaegerQuery)
 	env["CONSUMER_TOPICS"] = topic
 	env["CONSUMER_GROUP"] = group
 	env["WEBHOOK_ALLOW_HTTP"] = "true"
@@ -300,4 +305,41 @@ func processEnv() map[string]string {
 		}
 	}
 	return env
+}
+
+// traceText flushes the spans, then reads the trace back from Jaeger's
+// query API until the spans of every stage are there (export is
+// asynchronous; Jaeger indexes a moment later) and draws it as text.
+func traceText(rt *runtime, queryURL string) func(context.Context, string) (string, error) {
+	if queryURL == "" {
+		return nil
+	}
+	jq := jaegerquery.New(queryURL)
+	return func(ctx context.Context, traceID string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		var last error
+		for {
+			if err := rt.tracer.ForceFlush(ctx); err != nil {
+				return "", fmt.Errorf("flush spans: %w", err)
+			}
+			tr, err := jq.Get(ctx, traceID)
+			if err == nil && tr.Complete() {
+				return tr.Text(48), nil
+			}
+			if err != nil {
+				last = err
+			} else {
+				last = fmt.Errorf("Jaeger has %d spans of the trace, not yet every stage", len(tr.Spans))
+			}
+			select {
+			case <-ctx.Done():
+				if err == nil && tr != nil {
+					return tr.Text(48), nil // what there is
+				}
+				return "", last
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
 }

@@ -207,12 +207,16 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{"IDs": r.PostForm["id"], "Count": len(ids), "Back": r.PostFormValue("back")})
 		return
 	}
-	n, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
+	replayed, skipped, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Replayed %d of %d selected rows (rows no longer FAILED are left alone).", n, len(ids)))
+	msg := fmt.Sprintf("Replayed %d of %d selected rows.", len(replayed), len(ids))
+	for _, sk := range skipped {
+		msg += fmt.Sprintf(" Not replayed: %s %s.", sk.ID, sk.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/outbox/"+ids[0].String(), http.StatusSeeOther)
 		return
@@ -265,7 +269,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -275,7 +279,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		s.Secret = ""
 		rows = append(rows, subRow{Sub: s, Health: health[s.ID]})
 	}
-	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows})
+	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows, "RatesAt": c.sampler.ratesRead()})
 }
 
 // splitTypes reads an event-types field: comma- or space-separated.
@@ -317,13 +321,14 @@ func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub.Secret = ""
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
 		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
+		"RatesAt": c.sampler.ratesRead(),
 	})
 }
 
@@ -478,7 +483,7 @@ func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -529,12 +534,16 @@ func (c *Console) revive(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
 		return
 	}
-	revived, err := c.deliveries.Revive(r.Context(), ids)
+	revived, notRevived, err := c.deliveries.Revive(r.Context(), ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Revived %d of %d selected deliveries (ones not dead are left alone).", len(revived), len(ids)))
+	msg := fmt.Sprintf("Revived %d of %d selected deliveries.", len(revived), len(ids))
+	for _, n := range notRevived {
+		msg += fmt.Sprintf(" Not revived: %d %s.", n.ID, n.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(ids[0], 10), http.StatusSeeOther)
 		return
