@@ -23,6 +23,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 // Defaults of the command's flags: about ten seconds of workload, which a
@@ -185,7 +186,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo receiver: %w", err)
 	}
-	url := "http://" + ln.Addr().String() + "/webhooks"
+	url := "http://" + ln.Addr().String() + receiverPath
 	topic := env.Topic
 	sub, err := env.Subscriptions.Create(ctx, store.SubscriptionInput{
 		URL:         &url,
@@ -218,7 +219,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 			log.Warn("demo rows left behind", "topic", topic, "error", err)
 		}
 	}()
-	rcv, err := NewReceiver(sub.Secret)
+	rcv, err := webhooktest.NewWithSecret(sub.Secret)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -304,7 +305,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		} else {
 			p.Dead = last.Dead
 		}
-		p.Delivered = rcv.Stats().Delivered
+		p.Delivered = rcv.Stats().Accepted
 		p.Enqueued = int(pl.enqueued.Load())
 		p.Elapsed = time.Since(started)
 		p.Lag = max(0, p.Enqueued-p.Delivered-p.Failed-p.Dead)
@@ -397,9 +398,13 @@ loop:
 	return sum, runErr
 }
 
+// receiverPath is where the demo's receiver listens; it names the one
+// subscription in the receiver's bookkeeping.
+const receiverPath = "/webhooks"
+
 // fill completes the summary from the last reading, the receiver and the
 // workload's commit times.
-func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiver, env Env) {
+func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *webhooktest.Receiver, env Env) {
 	st := rcv.Stats()
 	sum.Enqueued = int(pl.enqueued.Load())
 	sum.Transactions = int(pl.transactions.Load())
@@ -407,9 +412,10 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 	sum.Relayed = p.Relayed
 	sum.Failed = p.Failed
 	sum.Dead = p.Dead
-	sum.Delivered = st.Delivered
+	sum.Delivered = st.Accepted
 	sum.Duplicates = st.Duplicates
 	sum.OrderViolations = st.OrderViolations
+	sum.Overlaps = st.Overlaps
 	sum.SignatureFailures = st.SignatureFailures
 	sum.Malformed = st.Malformed
 	sum.Problems = st.Examples
@@ -417,12 +423,12 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 
 	var lat []time.Duration
 	for id, c := range pl.snapshot() {
-		a, ok := rcv.arrival(id)
+		a, ok := rcv.Arrival(receiverPath, id)
 		if !ok {
 			continue
 		}
-		lat = append(lat, max(0, a.at.Sub(c.at)))
-		if a.traceID != "" && a.traceID == c.traceID {
+		lat = append(lat, max(0, a.At.Sub(c.at)))
+		if a.TraceID != "" && a.TraceID == c.traceID {
 			sum.TracesContinued++
 		}
 	}

@@ -51,7 +51,10 @@ type Summary struct {
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
 	LatencyMax time.Duration `json:"latency_max_ns"`
 
-	OrderViolations   int      `json:"order_violations"`
+	OrderViolations int `json:"order_violations"`
+	// Overlaps: requests of one asset's stream that arrived while another was
+	// still in flight (the bridge sends one at a time).
+	Overlaps          int      `json:"overlapping_requests"`
 	SignatureFailures int      `json:"signature_failures"`
 	Malformed         int      `json:"malformed"`
 	Problems          []string `json:"problems,omitempty"`
@@ -82,6 +85,9 @@ func (s *Summary) Err() error {
 	var bad []string
 	if s.OrderViolations > 0 {
 		bad = append(bad, fmt.Sprintf("%d order violation(s)", s.OrderViolations))
+	}
+	if s.Overlaps > 0 {
+		bad = append(bad, fmt.Sprintf("%d overlapping request(s)", s.Overlaps))
 	}
 	if s.SignatureFailures > 0 {
 		bad = append(bad, fmt.Sprintf("%d signature failure(s)", s.SignatureFailures))
@@ -140,6 +146,9 @@ func (s *Summary) Print(w io.Writer) error {
 	}
 	row("latency commit→webhook", fmt.Sprintf("p50 %s  p95 %s  p99 %s", ms(s.LatencyP50), ms(s.LatencyP95), ms(s.LatencyP99)), fmt.Sprintf("max %s", ms(s.LatencyMax)))
 	row("order violations", fmt.Sprint(s.OrderViolations), verdict(s.OrderViolations))
+	if s.Overlaps > 0 {
+		row("overlapping requests", fmt.Sprint(s.Overlaps), verdict(s.Overlaps))
+	}
 	row("signature failures", fmt.Sprint(s.SignatureFailures), verdict(s.SignatureFailures))
 	if s.Malformed > 0 {
 		row("malformed requests", fmt.Sprint(s.Malformed), verdict(s.Malformed))

@@ -32,6 +32,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -85,6 +86,9 @@ func New(t *testing.T, pc Config) *Pipeline {
 		t.Fatalf("create subscription: %v", err)
 	}
 	p.SubID = sub.ID
+	if err := p.Recv.SetSecret("", sub.Secret); err != nil {
+		t.Fatalf("receiver secret: %v", err)
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	t.Cleanup(p.Stop)
 	return p
@@ -219,30 +223,32 @@ func (p *Pipeline) OutboxStatus(id string) string {
 	return s
 }
 
-// Receiver is the subscriber: it records the traceparent of every request
+// Receiver is the subscriber: internal/webhooktest's receiver (signatures,
+// dedup, order, overlaps) that also records the traceparent of every request
 // by webhook-id, and answers 500 to the ids in fail.
 type Receiver struct {
+	*webhooktest.Receiver
 	mu   sync.Mutex
 	got  map[string][]string // webhook-id → traceparents, one per attempt
 	fail map[string]bool
 }
 
 func NewReceiver() *Receiver {
-	return &Receiver{got: map[string][]string{}, fail: map[string]bool{}}
-}
-
-func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	_, _ = io.Copy(io.Discard, req.Body)
-	id := req.Header.Get("webhook-id")
-	r.mu.Lock()
-	r.got[id] = append(r.got[id], req.Header.Get("traceparent"))
-	fail := r.fail[id]
-	r.mu.Unlock()
-	if fail {
-		http.Error(w, "handler broke", http.StatusInternalServerError)
-		return
+	r := &Receiver{Receiver: webhooktest.New(), got: map[string][]string{}, fail: map[string]bool{}}
+	r.Respond = func(q *webhooktest.Request) (int, time.Duration) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.fail[q.WebhookID] {
+			return http.StatusInternalServerError, 0
+		}
+		return http.StatusNoContent, 0
 	}
-	w.WriteHeader(http.StatusNoContent)
+	r.Observe = func(q *webhooktest.Request) {
+		r.mu.Lock()
+		r.got[q.WebhookID] = append(r.got[q.WebhookID], q.Traceparent)
+		r.mu.Unlock()
+	}
+	return r
 }
 
 func (r *Receiver) FailFor(id string) {

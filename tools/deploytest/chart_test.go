@@ -250,6 +250,11 @@ func TestChartStructure(t *testing.T) {
 					}
 					if labels.SelectorFromSet(s.Spec.Selector).Matches(podLabels(d)) {
 						svcs++
+						// Scraped while not ready (Kafka or PostgreSQL down is
+						// when the metrics matter most).
+						if !s.Spec.PublishNotReadyAddresses {
+							t.Errorf("Service %s drops not-ready pods from its endpoints: Prometheus would stop scraping them in an outage", s.Name)
+						}
 						if s.Spec.Ports[0].TargetPort.StrVal != c.Ports[0].Name {
 							t.Errorf("Service %s targets %v, the container's port is %q", s.Name, s.Spec.Ports[0].TargetPort, c.Ports[0].Name)
 						}
@@ -618,8 +623,12 @@ func TestChartAutoscaling(t *testing.T) {
 
 // Values Kubernetes would accept but the bridge could not use are refused
 // at render time, naming the field.
+//
+// Without the values schema: these checks hold for a `helm install
+// --skip-schema-validation` too (TestValuesSchema tests the schema).
 func TestChartRefusesBadValues(t *testing.T) {
 	ch := loadChart(t)
+	ch.Schema = nil
 	base := valuesFile(t, "")
 	cases := []struct {
 		set  map[string]any
@@ -705,4 +714,57 @@ func TestValuesDocumented(t *testing.T) {
 			t.Errorf("values.yaml:%d: %s has no comment", i+1, name)
 		}
 	}
+}
+
+// values.schema.json makes Helm refuse a misspelt or misplaced field (which
+// it would otherwise ignore) and a value of the wrong kind, and it describes
+// every field values.yaml has (the renders above validate the defaults and
+// the all-options file against it).
+func TestValuesSchema(t *testing.T) {
+	ch := loadChart(t)
+	if len(ch.Schema) == 0 {
+		t.Fatal("the chart has no values.schema.json")
+	}
+	base := valuesFile(t, "")
+	for _, c := range []struct {
+		set  map[string]any
+		want string
+	}{
+		{map[string]any{"relay.replica": 3}, "replica"},
+		{map[string]any{"replicas": 3}, "replicas"},
+		{map[string]any{"mode": "all-in-one"}, "mode"},
+		{map[string]any{"consume.replicas": "two"}, "replicas"},
+		{map[string]any{"kafka.sasl.mechanism": "GSSAPI"}, "mechanism"},
+		{map[string]any{"deliver.autoscaling.minReplicas": 0}, "minReplicas"},
+		{map[string]any{"config.LOG_LEVEL": map[string]any{"x": 1}}, "LOG_LEVEL"},
+	} {
+		_, err := render(ch, with(base, c.set))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want a schema error naming %q", c.set, err, c.want)
+		}
+	}
+	// Every object field the schema declares is in values.yaml (or is one
+	// of the documented optional ones), so the two describe the same tree.
+	var schema map[string]any
+	if err := json.Unmarshal(ch.Schema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	optional := map[string]bool{"relay.pdb.minAvailable": true, "consume.pdb.minAvailable": true, "deliver.pdb.minAvailable": true, "run.pdb.minAvailable": true}
+	var walk func(path string, s map[string]any, v any)
+	walk = func(path string, s map[string]any, v any) {
+		props, _ := s["properties"].(map[string]any)
+		vm, _ := v.(map[string]any)
+		for k, sub := range props {
+			p := strings.TrimPrefix(path+"."+k, ".")
+			val, ok := vm[k]
+			if !ok {
+				if !optional[p] {
+					t.Errorf("values.schema.json declares %s, which values.yaml does not have", p)
+				}
+				continue
+			}
+			walk(p, sub.(map[string]any), val)
+		}
+	}
+	walk("", schema, ch.Values)
 }

@@ -1,8 +1,9 @@
 // Package deliverbench measures the delivery engine end to end on this
 // machine: deliveries in PostgreSQL → Deliverer → an in-process loopback
-// receiver. It reports the drain rate of a backlog, insert→received latency
-// under a steady live load, per-(subscription, asset) order as the receiver
-// saw it, peak heap while a large backlog is pending, and the machine's
+// receiver (internal/webhooktest: signatures verified, duplicates, order and
+// overlapping requests per (subscription, asset)). It reports the drain rate of
+// a backlog, insert→received latency under a steady live load, what the
+// receiver saw, peak heap while a large backlog is pending, and the machine's
 // ceiling (the same HTTP client and receiver with no database).
 package deliverbench
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 // Options configure one run.
@@ -59,6 +61,8 @@ type Result struct {
 	LatencyMaxMS        float64 `json:"latency_max_ms"`
 	OrderViolations     int64   `json:"order_violations"`
 	Duplicates          int64   `json:"duplicates"`
+	Overlaps            int64   `json:"overlapping_requests"`
+	SignatureFailures   int64   `json:"signature_failures"`
 	NotDelivered        int64   `json:"not_delivered"`
 	BaselineHeapMiB     float64 `json:"baseline_heap_mib"`
 	PeakHeapMiB         float64 `json:"peak_heap_mib"`
@@ -85,63 +89,39 @@ type payload struct {
 	Pad  string `json:"pad"`
 }
 
-// receiver checks order per (subscription, asset) and records latency.
+// receiver is webhooktest's receiver with the bench's bookkeeping: how many
+// backlog and live events arrived, and the insert→received latency of the
+// live ones. Every stream starts at asset_seq 1 and has no gaps (Gapless):
+// the bench inserts every event of every asset.
 type receiver struct {
-	mu         sync.Mutex
-	last       map[string]int64
-	latencies  []time.Duration
-	violations atomic.Int64
-	dups       atomic.Int64
-	backlog    atomic.Int64
-	live       atomic.Int64
+	*webhooktest.Receiver
+	mu        sync.Mutex
+	latencies []time.Duration
+	backlog   atomic.Int64
+	live      atomic.Int64
 }
 
-func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
+func newReceiver() *receiver {
+	rc := &receiver{Receiver: webhooktest.New()}
+	rc.Gapless = true
+	rc.Observe = func(r *webhooktest.Request) {
+		if r.Outcome != webhooktest.Accepted {
+			return
+		}
+		var p payload
+		if err := json.Unmarshal(r.Envelope.Data, &p); err != nil {
+			return
+		}
+		if p.Live {
+			rc.mu.Lock()
+			rc.latencies = append(rc.latencies, r.Received.Sub(time.Unix(0, p.T)))
+			rc.mu.Unlock()
+			rc.live.Add(1)
+		} else {
+			rc.backlog.Add(1)
+		}
 	}
-	if r.URL.Path == "/ceiling" {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	var env struct {
-		AssetID  *string `json:"asset_id"`
-		AssetSeq int64   `json:"asset_seq"`
-		Data     payload `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil || env.AssetID == nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	key := r.URL.Path + "|" + *env.AssetID
-	rc.mu.Lock()
-	prev, seen := rc.last[key]
-	switch {
-	case seen && env.AssetSeq == prev:
-		rc.dups.Add(1)
-	case seen && env.AssetSeq < prev:
-		rc.violations.Add(1)
-	case !seen && env.AssetSeq != 1, seen && env.AssetSeq != prev+1:
-		// A gap: an earlier event of the stream has not arrived yet and
-		// would arrive out of order.
-		rc.violations.Add(1)
-		rc.last[key] = env.AssetSeq
-	default:
-		rc.last[key] = env.AssetSeq
-	}
-	if env.Data.Live {
-		rc.latencies = append(rc.latencies, now.Sub(time.Unix(0, env.Data.T)))
-	}
-	rc.mu.Unlock()
-	if env.Data.Live {
-		rc.live.Add(1)
-	} else {
-		rc.backlog.Add(1)
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return rc
 }
 
 // Run performs one benchmark on pool, which must be a migrated database of
@@ -163,12 +143,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
-	rc := &receiver{last: map[string]int64{}}
+	rc := newReceiver()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/s/", rc)
+	mux.HandleFunc("/ceiling", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
@@ -194,6 +180,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 			return nil, err
 		}
 		subIDs[i] = s.ID
+		if err := rc.SetSecret("/s/"+strconv.Itoa(i), s.Secret); err != nil {
+			return nil, err
+		}
 	}
 	seqs := map[string]int64{}
 	pad := strings.Repeat("x", 160)
@@ -323,8 +312,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	if err := stop(); err != nil {
 		return nil, err
 	}
-	res.OrderViolations = rc.violations.Load()
-	res.Duplicates = rc.dups.Load()
+	rs := rc.Stats()
+	res.OrderViolations = int64(rs.OrderViolations)
+	res.Duplicates = int64(rs.Duplicates)
+	res.Overlaps = int64(rs.Overlaps)
+	res.SignatureFailures = int64(rs.SignatureFailures)
 	if res.NotDelivered, err = store.NotDelivered(ctx, pool); err != nil {
 		return nil, err
 	}
