@@ -38,8 +38,18 @@ type Options struct {
 	LiveEvents    int // inserted at LiveRate while it runs, for latency
 	LiveRate      int // events per second
 	Deliverer     delivery.Config
-	Timeout       time.Duration // whole run; default 10m
-	Logger        *slog.Logger
+	// Replicas: deliverers running at once against the database, each with
+	// its own connection pool and id, as separate `bridge deliver`
+	// processes would. Default 1.
+	Replicas int
+	// FailingSubscriptions: that many of the subscriptions answer 500 to
+	// everything; SlowSubscriptions: that many more take SlowDelay
+	// (default 5s) per answer. Their deliveries are not waited for; the
+	// rates, order checks and latencies are the other subscriptions'.
+	FailingSubscriptions, SlowSubscriptions int
+	SlowDelay                               time.Duration
+	Timeout                                 time.Duration // whole run; default 10m
+	Logger                                  *slog.Logger
 }
 
 // Result is what a run measured.
@@ -76,6 +86,23 @@ type Result struct {
 	OutcomeBatches   int64   `json:"outcome_batches"`
 	OutcomesPerBatch float64 `json:"outcomes_per_batch"`
 	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
+	Replicas         int     `json:"replicas"`
+	ClaimLoops       int     `json:"claim_loops"`
+	// Failing and slow subscriptions (isolation scenarios), and what the
+	// receiver saw of in-flight requests: the most requests of one
+	// subscription at once (must not exceed the cap) and requests that
+	// overlapped another of the same stream (must be 0).
+	FailingSubscriptions int   `json:"failing_subscriptions"`
+	SlowSubscriptions    int   `json:"slow_subscriptions"`
+	PeakInFlightPerSub   int64 `json:"peak_in_flight_per_subscription_seen"`
+	StreamOverlaps       int64 `json:"stream_overlaps"`
+	// CPU per delivery during the drain, in microseconds: PostgreSQL's
+	// backends of the run's database (0 when /proc cannot show them) and
+	// this process (deliverers, receiver, bench). On a shared machine these
+	// say how much work a delivery took, whatever share of the CPU the run
+	// got.
+	PostgresCPUMicrosPerDelivery float64 `json:"postgres_cpu_us_per_delivery"`
+	ProcessCPUMicrosPerDelivery  float64 `json:"process_cpu_us_per_delivery"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -85,10 +112,19 @@ type payload struct {
 	Pad  string `json:"pad"`
 }
 
-// receiver checks order per (subscription, asset) and records latency.
+// receiver checks order per (subscription, asset), records latency and
+// in-flight requests per subscription and per stream, and plays the failing
+// and slow subscriptions.
 type receiver struct {
+	failing, slow int // subscriptions /s/0../s/failing-1 fail, the next slow ones are slow
+	slowDelay     time.Duration
+
 	mu         sync.Mutex
 	last       map[string]int64
+	subBusy    map[string]int64
+	streamBusy map[string]int
+	peakSub    int64
+	overlaps   int64
 	latencies  []time.Duration
 	violations atomic.Int64
 	dups       atomic.Int64
@@ -117,6 +153,30 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Path + "|" + *env.AssetID
+	n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/s/"))
+	rc.mu.Lock()
+	rc.subBusy[r.URL.Path]++
+	rc.peakSub = max(rc.peakSub, rc.subBusy[r.URL.Path])
+	rc.streamBusy[key]++
+	if rc.streamBusy[key] > 1 {
+		rc.overlaps++
+	}
+	rc.mu.Unlock()
+	defer func() {
+		rc.mu.Lock()
+		rc.subBusy[r.URL.Path]--
+		rc.streamBusy[key]--
+		rc.mu.Unlock()
+	}()
+	switch {
+	case n < rc.failing:
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	case n < rc.failing+rc.slow:
+		time.Sleep(rc.slowDelay)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	rc.mu.Lock()
 	prev, seen := rc.last[key]
 	switch {
@@ -163,7 +223,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
-	rc := &receiver{last: map[string]int64{}}
+	if o.FailingSubscriptions < 0 || o.SlowSubscriptions < 0 || o.FailingSubscriptions+o.SlowSubscriptions >= o.Subscriptions {
+		return nil, errors.New("failing and slow subscriptions must leave at least one healthy subscription")
+	}
+	o.Replicas = max(o.Replicas, 1)
+	if o.SlowDelay <= 0 {
+		o.SlowDelay = 5 * time.Second
+	}
+	rc := &receiver{last: map[string]int64{}, subBusy: map[string]int64{}, streamBusy: map[string]int{},
+		failing: o.FailingSubscriptions, slow: o.SlowSubscriptions, slowDelay: o.SlowDelay}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -179,10 +247,24 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	dc.MaxInFlightPerSubscription = max(dc.MaxInFlightPerSubscription, 1)
 	dc.Logger = logger
 	res := &Result{Subscriptions: o.Subscriptions, Assets: o.Assets, Events: o.Events, LiveEvents: o.LiveEvents,
-		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription}
+		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription,
+		Replicas: o.Replicas, ClaimLoops: dc.ClaimLoops, FailingSubscriptions: o.FailingSubscriptions,
+		SlowSubscriptions: o.SlowSubscriptions}
+	// healthy counts the deliveries of [from, from+n) that go to healthy
+	// subscriptions (rows go round-robin over the subscriptions).
+	unhealthy := o.FailingSubscriptions + o.SlowSubscriptions
+	healthy := func(from, n int) int64 {
+		var c int64
+		for i := from; i < from+n; i++ {
+			if i%o.Subscriptions >= unhealthy {
+				c++
+			}
+		}
+		return c
+	}
 
 	// The machine's ceiling: the same client and receiver, no database.
-	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil), base+"/ceiling", dc.Workers)
+	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil, dc.Workers), base+"/ceiling", dc.Workers)
 	logger.InfoContext(ctx, "ceiling measured", "http_posts_per_second", int(res.CeilingPerSecond))
 
 	subs := store.NewSubscriptionStore(pool, true, 0)
@@ -249,33 +331,70 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		}
 	})
 
-	d, err := delivery.NewDeliverer(pool, dc)
-	if err != nil {
-		stopSampling()
-		return nil, err
+	var ds []*delivery.Deliverer
+	for r := range o.Replicas {
+		p := pool
+		if r > 0 {
+			if p, err = pgxpool.NewWithConfig(ctx, pool.Config().Copy()); err != nil {
+				stopSampling()
+				return nil, fmt.Errorf("replica pool: %w", err)
+			}
+			defer p.Close()
+		}
+		rcfg := dc
+		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
+		d, err := delivery.NewDeliverer(p, rcfg)
+		if err != nil {
+			stopSampling()
+			return nil, err
+		}
+		ds = append(ds, d)
 	}
+	set := ds[0].Settings()
+	res.ClaimLoops, res.Workers, res.MaxInFlightPerSub = set.ClaimLoops, set.Workers, set.MaxInFlightPerSubscription
 	runCtx, stopDeliverer := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
+	runErr := make(chan error, len(ds))
+	dbName := pool.Config().ConnConfig.Database
+	pgBefore, pgOK := postgresCPU(dbName)
+	selfBefore := selfCPU()
 	start = time.Now()
-	go func() { runErr <- d.Run(runCtx) }()
+	for _, d := range ds {
+		go func() { runErr <- d.Run(runCtx) }()
+	}
 	stop := func() error {
 		stopDeliverer()
-		return <-runErr
+		var errs []error
+		for range ds {
+			errs = append(errs, <-runErr)
+		}
+		return errors.Join(errs...)
 	}
+	wantBacklog := healthy(0, o.Events)
 
-	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= int64(o.Events) }); err != nil {
+	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= wantBacklog }); err != nil {
 		stopSampling()
 		_ = stop()
-		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), o.Events, err)
+		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), wantBacklog, err)
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
 	if res.DrainSeconds > 0 {
-		res.DeliveriesPerSecond = float64(o.Events) / res.DrainSeconds
+		res.DeliveriesPerSecond = float64(wantBacklog) / res.DrainSeconds
+	}
+	if pgAfter, ok := postgresCPU(dbName); ok && pgOK && wantBacklog > 0 {
+		res.PostgresCPUMicrosPerDelivery = float64((pgAfter - pgBefore).Microseconds()) / float64(o.Events)
+	}
+	if o.Events > 0 {
+		res.ProcessCPUMicrosPerDelivery = float64((selfCPU() - selfBefore).Microseconds()) / float64(o.Events)
 	}
 	if res.CeilingPerSecond > 0 {
 		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
 	}
-	st := d.Stats()
+	var st delivery.Stats
+	for _, d := range ds {
+		x := d.Stats()
+		st.Claims, st.Claimed, st.ClaimTime = st.Claims+x.Claims, st.Claimed+x.Claimed, st.ClaimTime+x.ClaimTime
+		st.Records, st.Recorded, st.RecordTime = st.Records+x.Records, st.Recorded+x.Recorded, st.RecordTime+x.RecordTime
+	}
 	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
 	if st.Claims > 0 {
 		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
@@ -307,9 +426,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 			sent += n
 		}
 		t.Stop()
-		if err := waitUntil(ctx, func() bool { return rc.live.Load() >= int64(o.LiveEvents) }); err != nil {
+		wantLive := healthy(o.Events, o.LiveEvents)
+		if err := waitUntil(ctx, func() bool { return rc.live.Load() >= wantLive }); err != nil {
 			_ = stop()
-			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), o.LiveEvents, err)
+			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), wantLive, err)
 		}
 		rc.mu.Lock()
 		lat := slices.Clone(rc.latencies)
@@ -325,9 +445,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	}
 	res.OrderViolations = rc.violations.Load()
 	res.Duplicates = rc.dups.Load()
-	if res.NotDelivered, err = store.NotDelivered(ctx, pool); err != nil {
+	if res.NotDelivered, err = store.NotDelivered(ctx, pool, subIDs[unhealthy:]); err != nil {
 		return nil, err
 	}
+	rc.mu.Lock()
+	res.PeakInFlightPerSub, res.StreamOverlaps = rc.peakSub, rc.overlaps
+	rc.mu.Unlock()
 	return res, nil
 }
 
