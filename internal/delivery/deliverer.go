@@ -47,7 +47,10 @@ type Deliverer struct {
 	// their outcome to be written.
 	inFlight atomic.Int64
 	running  atomic.Bool
-	stats    counters
+	// starved is set when a claim loop found no free slot; whoever gives
+	// slots back then wakes the loops (see reserve).
+	starved atomic.Bool
+	stats   counters
 }
 
 // counters are the engine's own figures (Stats).
@@ -242,6 +245,7 @@ func (d *Deliverer) reserve(n int) int {
 		out := d.inFlight.Load()
 		take := min(int64(n), int64(d.capacity())-out)
 		if take <= 0 {
+			d.starved.Store(true)
 			return 0
 		}
 		if d.inFlight.CompareAndSwap(out, out+take) {
@@ -293,7 +297,12 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			d.stats.claimed.Add(int64(len(claims)))
 			d.stats.claimNanos.Add(int64(time.Since(began)))
 			if unused := want - len(claims); unused > 0 {
+				// Slots another loop may have found taken while this one
+				// held them: without the poke it would wait for the tick.
 				d.inFlight.Add(-int64(unused))
+				if d.starved.Swap(false) {
+					d.poke()
+				}
 			}
 			switch {
 			case ctx.Err() != nil:
@@ -346,15 +355,25 @@ func (d *Deliverer) reclaim(ctx context.Context) error {
 
 // prune applies WEBHOOK_RETENTION in batches of 1,000, so no statement holds
 // many row locks or runs long, and at most 100 batches a round, so a large
-// first cleanup is spread out.
+// first cleanup is spread out; then it deletes idle streams the same way.
 func (d *Deliverer) prune(ctx context.Context) error {
-	total, err := service.PruneInBatches(ctx, service.Prune{Batch: 1000, MaxBatches: 100, Timeout: queryTimeout},
-		func(ctx context.Context, limit int) (int64, error) {
-			n, err := d.store.PruneDelivered(ctx, d.cfg.Retention, limit)
-			return int64(n), err
-		})
+	p := service.Prune{Batch: 1000, MaxBatches: 100, Timeout: queryTimeout}
+	total, err := service.PruneInBatches(ctx, p, func(ctx context.Context, limit int) (int64, error) {
+		n, err := d.store.PruneDelivered(ctx, d.cfg.Retention, limit)
+		return int64(n), err
+	})
 	if total > 0 {
 		d.log.InfoContext(ctx, "deleted delivered deliveries past retention", "deleted", total, "retention", d.cfg.Retention)
+	}
+	if err != nil {
+		return err
+	}
+	streams, err := service.PruneInBatches(ctx, p, func(ctx context.Context, limit int) (int64, error) {
+		n, err := d.store.PruneIdleStreams(ctx, limit)
+		return int64(n), err
+	})
+	if streams > 0 {
+		d.log.DebugContext(ctx, "deleted idle delivery streams", "deleted", streams)
 	}
 	return err
 }

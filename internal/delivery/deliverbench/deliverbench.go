@@ -155,6 +155,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Path + "|" + *env.AssetID
 	n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/s/"))
 	rc.mu.Lock()
+	if rc.subBusy == nil {
+		rc.subBusy, rc.streamBusy = map[string]int64{}, map[string]int{}
+	}
 	rc.subBusy[r.URL.Path]++
 	rc.peakSub = max(rc.peakSub, rc.subBusy[r.URL.Path])
 	rc.streamBusy[key]++
