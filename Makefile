@@ -15,7 +15,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: all build services services-down chromium test vet test-go bench demo clean
+.PHONY: all build services services-down chromium test vet test-go test-deploy bench demo clean
 
 all: build
 
@@ -44,12 +44,20 @@ test: services chromium
 	$(GO) vet ./...
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
 	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	$(MAKE) --no-print-directory test-deploy
 
 vet:
 	$(GO) vet ./...
 
 test-go:
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
+
+# The Helm chart (rendered, linted, strictly decoded), the alert rules
+# (promtool check/test) and the Grafana dashboard: tools/deploytest, a module
+# of its own so Helm, Kubernetes and Prometheus stay out of go.mod. Needs the
+# services (make services): it checks the names on a running bridge's /metrics.
+test-deploy:
+	cd tools/deploytest && env $(TEST_ENV) $(GO) test -count=1 -timeout 15m ./...
 
 bench:
 	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
@@ -60,3 +68,17 @@ demo:
 
 clean:
 	rm -rf bin
+
+# The fault suite (internal/chaos): SIGKILLs of every process type, broker,
+# receiver and PostgreSQL outages, a PostgreSQL failover and a three-broker
+# cluster losing its leader, judged from outside the pipeline. Its short
+# variant is part of `make test` (go test ./... runs it; it starts its own
+# PostgreSQL instances, its own broker and the kafka-cluster service);
+# `make chaos` is the long variant, with a rolling restart of the cluster.
+# CHAOS_REPORT=file appends each run's measurements as a JSON line.
+.PHONY: chaos chaos-short
+chaos: services build
+	env $(TEST_ENV) CHAOS=long $(GO) test -count=1 -timeout 60m -v ./internal/chaos/...
+
+chaos-short: services build
+	env $(TEST_ENV) $(GO) test -count=1 -timeout 15m -v ./internal/chaos/...

@@ -189,11 +189,20 @@ func TestOutboxEndpoints(t *testing.T) {
 		t.Fatalf("failed row lacks its attempts or last error: %v", items[0])
 	}
 
-	// Replay by id: only that row returns to NEW; one id that is not
-	// FAILED counts nothing.
+	// Replay by id: only that row returns to NEW; an id that does not
+	// exist is named with the reason.
 	res = b.do(t, "POST", "/api/v1/outbox/replay", fmt.Sprintf(`{"ids": [%q, "00000000-0000-4000-8000-000000000000"]}`, ids[0])).want(t, http.StatusOK)
 	if n := res.obj(t)["replayed"]; n != float64(1) {
 		t.Fatalf("replayed %v, want 1", n)
+	}
+	if nr, _ := res.obj(t)["not_replayed"].([]any); len(nr) != 1 || nr[0].(map[string]any)["id"] != "00000000-0000-4000-8000-000000000000" ||
+		nr[0].(map[string]any)["reason"] != "no such outbox row" {
+		t.Fatalf("not_replayed = %v, want the unknown id with its reason", res.obj(t)["not_replayed"])
+	}
+	// Again: now NEW, so not FAILED.
+	res = b.do(t, "POST", "/api/v1/outbox/replay", fmt.Sprintf(`{"ids": [%q]}`, ids[0])).want(t, http.StatusOK)
+	if nr, _ := res.obj(t)["not_replayed"].([]any); res.obj(t)["replayed"] != float64(0) || len(nr) != 1 || nr[0].(map[string]any)["reason"] != "is NEW, not FAILED" {
+		t.Fatalf("second replay = %s", res.Body)
 	}
 	var status string
 	var attempts int
@@ -368,6 +377,15 @@ func TestDeliveriesEndpoints(t *testing.T) {
 	res := b.do(t, "POST", "/api/v1/deliveries/revive", fmt.Sprintf(`{"ids": [%d, %d]}`, ids[0], ids[1])).want(t, http.StatusOK)
 	if rv := res.obj(t)["revived"].([]any); len(rv) != 2 {
 		t.Fatalf("revived %v", rv)
+	}
+	if _, ok := res.obj(t)["not_revived"]; ok {
+		t.Fatalf("not_revived present when every id was revived: %s", res.Body)
+	}
+	// Ids not revived are named with the reason: not dead, or no such one.
+	res = b.do(t, "POST", "/api/v1/deliveries/revive", fmt.Sprintf(`{"ids": [%d, 999999999]}`, ids[0])).want(t, http.StatusOK)
+	want := []any{map[string]any{"id": float64(ids[0]), "reason": "is pending, not dead"}, map[string]any{"id": float64(999999999), "reason": "no such delivery"}}
+	if rv := res.obj(t)["revived"].([]any); len(rv) != 0 || fmt.Sprint(res.obj(t)["not_revived"]) != fmt.Sprint(want) {
+		t.Fatalf("revive of ids not dead = %s, want not_revived %v", res.Body, want)
 	}
 	res = b.do(t, "POST", "/api/v1/deliveries/revive", fmt.Sprintf(`{"subscription_id": %q, "dead": true}`, sub)).want(t, http.StatusOK)
 	if rv := res.obj(t)["revived"].([]any); len(rv) != 4 {

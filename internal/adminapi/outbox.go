@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // maxIDs bounds the ids of one replay or revive request, so one request is
@@ -19,7 +19,7 @@ func (a *adminAPI) outboxStats(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	st, err := relay.ReadStats(r.Context(), a.pool)
+	st, err := outboxstore.ReadStats(r.Context(), a.pool)
 	if err != nil {
 		return err
 	}
@@ -44,13 +44,13 @@ func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("cursor", "is not a next_cursor returned by this list")
 		}
 	}
-	items, err := relay.ListFailed(r.Context(), a.pool, q.Get("topic"), limit+1, false, after)
+	items, err := outboxstore.ListFailed(r.Context(), a.pool, q.Get("topic"), limit+1, false, after)
 	if err != nil {
 		return err
 	}
-	page := list[relay.FailedRow]{Items: items}
+	page := list[outboxstore.FailedRow]{Items: items}
 	if page.Items == nil {
-		page.Items = []relay.FailedRow{}
+		page.Items = []outboxstore.FailedRow{}
 	}
 	if len(items) > limit {
 		page.Items = items[:limit]
@@ -69,6 +69,10 @@ type replayRequest struct {
 
 type replayResponse struct {
 	Replayed int64 `json:"replayed"`
+	// NotReplayed lists each id given that was left alone, with the
+	// reason (no such row, not FAILED); absent when every id was replayed
+	// and with all_failed.
+	NotReplayed []outboxstore.NotReplayed `json:"not_replayed,omitempty"`
 }
 
 func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
@@ -90,6 +94,7 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("since", `"since" only narrows "all_failed"`)
 	}
 	var n int64
+	var skipped []outboxstore.NotReplayed
 	var err error
 	if req.AllFailed {
 		var topic string
@@ -106,18 +111,20 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 				return badRequest("since", fmt.Sprintf("%q is not a positive Go duration (e.g. 90m, 2h)", *req.Since))
 			}
 		}
-		n, err = relay.ReplayAllFailed(r.Context(), a.pool, topic, since)
+		n, err = outboxstore.ReplayAllFailed(r.Context(), a.pool, topic, since)
 	} else {
 		ids, verr := parseUUIDs(req.IDs)
 		if verr != nil {
 			return verr
 		}
-		n, err = relay.ReplayIDs(r.Context(), a.pool, ids)
+		var replayed []uuid.UUID
+		replayed, skipped, err = outboxstore.ReplayIDs(r.Context(), a.pool, ids)
+		n = int64(len(replayed))
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, replayResponse{Replayed: n})
+	writeJSON(w, http.StatusOK, replayResponse{Replayed: n, NotReplayed: skipped})
 	return nil
 }
 

@@ -82,6 +82,7 @@ func pidsMatching(t *testing.T, substr string) []int {
 // before, a flock'd file stayed locked for the daemons' lifetime and a reader
 // of the caller's pipe never saw EOF.
 func TestServicesUpClosesInheritedDescriptors(t *testing.T) {
+	t.Parallel()
 	harness.NeedDebianPostgres(t)
 	state := t.TempDir()
 	pgPort, kPort, kcPort := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
@@ -151,6 +152,7 @@ func TestServicesUpClosesInheritedDescriptors(t *testing.T) {
 // server would need, leaves it alone and runs a cluster of its own, and
 // --database-url follows that cluster.
 func TestServicesUpLeavesForeignServerAlone(t *testing.T) {
+	t.Parallel()
 	harness.NeedDebianPostgres(t)
 	ver := harness.PGVersion(t)
 	state := t.TempDir()
@@ -219,6 +221,7 @@ func TestServicesUpLeavesForeignServerAlone(t *testing.T) {
 // Two services-up.sh at once must both succeed (before: "postmaster.pid
 // already exists" from the second pg_ctlcluster start).
 func TestServicesUpConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	harness.NeedDebianPostgres(t)
 	state := t.TempDir()
 	port := harness.FreePort(t)

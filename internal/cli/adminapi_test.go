@@ -30,7 +30,7 @@ func TestRuntimeMountsAdminAPIOnlyWithToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+		rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 			getenv:    func(string) string { return "" },
 			logger:    logging.New(t.Output(), "info", "text"),
 			noGlobals: true,

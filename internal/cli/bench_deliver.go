@@ -145,15 +145,17 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 			{"claims", fmt.Sprintf("%d, %.1f rows, %.1f ms each", res.ClaimStatements, res.RowsPerClaim, res.ClaimMS)},
 			{"outcome batches", fmt.Sprintf("%d, %.1f outcomes, %.1f ms each", res.OutcomeBatches, res.OutcomesPerBatch, res.OutcomeBatchMS)},
 			{"peak in flight per subscription (seen)", fmt.Sprint(res.PeakInFlightPerSub)},
-			{"stream overlaps (seen)", fmt.Sprint(res.StreamOverlaps)},
+			{"overlapping requests of one stream", fmt.Sprint(res.Overlaps)},
+			{"signature failures", fmt.Sprint(res.SignatureFailures)},
 			{"CPU per delivery: PostgreSQL / this process (µs)", fmt.Sprintf("%.0f / %.0f", res.PostgresCPUMicrosPerDelivery, res.ProcessCPUMicrosPerDelivery)},
 		}
 		if err := printTable(w, []string{"MEASURE", "VALUE"}, rows); err != nil {
 			return err
 		}
-		if res.OrderViolations > 0 || res.NotDelivered > 0 || res.StreamOverlaps > 0 || res.PeakInFlightPerSub > int64(res.MaxInFlightPerSub) {
-			return fmt.Errorf("%d order violations, %d deliveries not delivered, %d stream overlaps, %d in flight to one subscription (cap %d)",
-				res.OrderViolations, res.NotDelivered, res.StreamOverlaps, res.PeakInFlightPerSub, res.MaxInFlightPerSub)
+		if res.OrderViolations > 0 || res.NotDelivered > 0 || res.Overlaps > 0 || res.SignatureFailures > 0 ||
+			res.PeakInFlightPerSub > int64(res.MaxInFlightPerSub) {
+			return fmt.Errorf("%d order violations, %d deliveries not delivered, %d overlapping requests, %d signature failures, %d in flight to one subscription (cap %d)",
+				res.OrderViolations, res.NotDelivered, res.Overlaps, res.SignatureFailures, res.PeakInFlightPerSub, res.MaxInFlightPerSub)
 		}
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxbridge/bridge/internal/bench/relaybench"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -25,13 +26,24 @@ CREATEDB; dropped afterwards) and a fresh topic on KAFKA_BROKERS, then reports:
     franz-go producer alone (Kafka records/s);
   - the drain rate of an N-event backlog over K assets (events/s), and the
     peak Go heap while draining it (bounded by RELAY_BATCH_SIZE, not by N);
-  - p50/p99 commit→ack latency at a fixed offered rate (one event per
-    committed transaction).
+  - a second PostgreSQL ceiling: the relay's own statements (fence, claim
+    with payloads, predecessor check, fenced mark) one after the other, on
+    a backlog of the drain's size;
+  - p50/p99 commit→ack latency (COMMIT returned → the broker's ack) at a
+    fixed offered rate, from --writers writers committing --tx-events
+    events per transaction, with the rate they achieved.
+
+With --sustain DURATION it instead offers --rate events/s (default 8
+writers, 10 events per transaction) for DURATION with the relay running and
+prints latency, the achieved rate and the claim's p99 minute by minute;
+--hold-xmin keeps a transaction open in another session meanwhile (the
+xmin horizon is pinned, so vacuum cannot clean what the relay marks).
 
 RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench relay --events 200000 --assets 1000 --payload-bytes 300
-  bridge bench relay --events 1000000 --rate 1000 -o json`,
+  bridge bench relay --events 1000000 --rate 1000 -o json
+  bridge bench relay --sustain 10m --rate 5000 --hold-xmin`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(c)
@@ -43,12 +55,19 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	duration := c.Flags().Duration("rate-duration", 10*time.Second, "length of the latency run")
 	replicas := c.Flags().Int("replicas", 1, "relay replicas in this process")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size")
+	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
+	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
+	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
+	holdXmin := c.Flags().Bool("hold-xmin", false, "with --sustain: hold a transaction open in another session for the whole run")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		if *events < 1 || *assets < 1 || *payloadBytes < 2 || *partitions < 1 || *rate < 1 || *duration <= 0 || *replicas < 1 {
-			return UsageErrorf("--events, --assets, --partitions, --rate, --replicas must be at least 1, --payload-bytes at least 2, --rate-duration positive")
+		if *events < 1 || *assets < 1 || *payloadBytes < 2 || *partitions < 1 || *rate < 1 || *duration <= 0 || *replicas < 1 || *writers < 0 || *txEvents < 0 || *sustain < 0 {
+			return UsageErrorf("--events, --assets, --partitions, --rate, --replicas must be at least 1, --payload-bytes at least 2, --rate-duration positive, --writers, --tx-events and --sustain not negative")
+		}
+		if *holdXmin && *sustain == 0 {
+			return UsageErrorf("--hold-xmin needs --sustain")
 		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {
@@ -64,12 +83,31 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		if err != nil {
 			return err
 		}
-		rc := relayConfig(cfg)
+		rc := relay.ConfigFromEnv(cfg.Relay)
 		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
-		res, err := relay.Bench(ctx, pool, kopts, rc, relay.BenchOptions{
+		if *sustain > 0 {
+			if !cmd.Flags().Changed("rate") {
+				*rate = 5000
+			}
+			res, err := relaybench.Sustain(ctx, pool, kopts, rc, relaybench.SustainOptions{
+				Duration: *sustain, Rate: *rate, Writers: *writers, TxEvents: *txEvents, Assets: *assets,
+				Partitions: *partitions, Replicas: *replicas, HoldXmin: *holdXmin,
+			}, progress)
+			if res != nil {
+				if *out == "json" {
+					if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+						return perr
+					}
+				} else if perr := printBenchSustain(cmd, res); perr != nil {
+					return perr
+				}
+			}
+			return err
+		}
+		res, err := relaybench.Run(ctx, pool, kopts, rc, relaybench.Options{
 			Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions,
-			Rate: *rate, RateDuration: *duration, Replicas: *replicas,
+			Rate: *rate, RateDuration: *duration, Replicas: *replicas, Writers: *writers, TxEvents: *txEvents,
 		}, progress)
 		if err != nil {
 			return err
@@ -89,18 +127,36 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	return c
 }
 
-func printBenchRelay(cmd *cobra.Command, res *relay.BenchResult) error {
+func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 	{
 		rows := [][]string{
 			{"backlog", fmt.Sprintf("%d events over %d assets, %d-byte payloads (filled in %.1fs)", res.Events, res.Assets, res.PayloadBytes, res.FillSeconds)},
 			{"relay drain", fmt.Sprintf("%.0f events/s (%.1fs, %d replica(s), batch %d)", res.DrainRate, res.DrainSeconds, res.Replicas, res.BatchSize)},
-			{"ceiling: PostgreSQL claim+mark", fmt.Sprintf("%.0f rows/s", res.CeilingClaimMark)},
+			{"ceiling: PostgreSQL claim+mark", fmt.Sprintf("%.0f rows/s (one statement, same backlog size)", res.CeilingClaimMark)},
+			{"ceiling: relay's statements", fmt.Sprintf("%.0f rows/s (fence, claim, predecessors, mark; no Kafka)", res.CeilingRelayStatements)},
 			{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
 			{"relay / lower ceiling", fmt.Sprintf("%.0f%%", 100*res.DrainRate/min(res.CeilingClaimMark, res.CeilingProduce))},
-			{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms at %d events/s offered (%d events)", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyOffered, res.LatencyEvents)},
+			{"relay / claim+mark ceiling", fmt.Sprintf("%.0f%%", 100*res.DrainRate/res.CeilingClaimMark)},
+			{"claim while draining", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs)},
+			{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms at %d events/s offered, %.0f achieved (%d writers, %d event(s)/tx, %d events)",
+				res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs, res.LatencyOffered, res.LatencyAchieved, res.LatencyWriters, res.LatencyTxEvents, res.LatencyEvents)},
 			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
 		return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
 	}
+}
+
+func printBenchSustain(cmd *cobra.Command, res *relaybench.SustainResult) error {
+	rows := [][]string{
+		{"load", fmt.Sprintf("%d events/s offered, %.0f achieved, %d events in %.0fs (%d writers, %d events/tx)", res.OfferedRate, res.AchievedRate, res.Events, res.DurationSeconds, res.Writers, res.TxEvents)},
+		{"relay", fmt.Sprintf("%d replica(s), batch %d, xmin held: %v", res.Replicas, res.BatchSize, res.HoldXmin)},
+		{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs)},
+		{"claim p99", fmt.Sprintf("first minute %.1f ms, last minute %.1f ms", res.ClaimP99FirstMinuteMs, res.ClaimP99LastMinuteMs)},
+		{"outbox dead tuples at end", fmt.Sprintf("%d", res.DeadTuplesAtEnd)},
+	}
+	for _, m := range res.Minutes {
+		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d acked, latency p99 %.1f ms, %d claims p99 %.1f ms, %d dead tuples", m.Acked, m.LatencyP99Ms, m.Claims, m.ClaimP99Ms, m.DeadTuples)})
+	}
+	return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
 }

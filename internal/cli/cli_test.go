@@ -452,11 +452,7 @@ func requireOneCorrectSchema(t *testing.T, pool *pgxpool.Pool) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var want []int64
-	for v := int64(1); v <= latest; v++ {
-		want = append(want, v)
-	}
-	if !slices.Equal(versions, want) {
+	if want := database.Versions(); !slices.Equal(versions, want) {
 		t.Errorf("%s records versions %v, want each of %v once", database.MigrationsTable, versions, want)
 	}
 }
@@ -508,6 +504,41 @@ func TestCLIMigrateRefusesNewerSchema(t *testing.T) {
 	}
 	if v, err := database.SchemaVersion(context.Background(), db.Pool); err != nil || v != newer {
 		t.Errorf("schema version %d (%v) after refusing, want it left at %d", v, err, newer)
+	}
+}
+
+// A database migrated by a development build from before the migrations were
+// folded into the baseline (here: at version 7): `bridge migrate` exits 1 with
+// one line that says to recreate it, and applies nothing.
+func TestCLIMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	env := map[string]string{"DATABASE_URL": db.URL}
+	if r := bridge(t, env, "migrate"); r.code != ExitOK {
+		t.Fatalf("migrate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`); err != nil {
+		t.Fatal(err)
+	}
+	for v := 2; v <= 7; v++ {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := bridge(t, env, "migrate")
+	if r.code != ExitRuntime {
+		t.Fatalf("migrate on a pre-fold database: exit %d, want %d (stdout %q, stderr %q)", r.code, ExitRuntime, r.stdout, r.stderr)
+	}
+	requireOneLine(t, r.stderr)
+	for _, want := range []string{"database schema version 7 was created by an earlier development build", "recreate the database"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q does not say %q", r.stderr, want)
+		}
+	}
+	if v, err := database.SchemaVersion(ctx, db.Pool); err != nil || v != 7 {
+		t.Errorf("schema version %d (%v) after refusing, want it left at 7", v, err)
 	}
 }
 

@@ -2,10 +2,6 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/consumer"
-	"github.com/outboxbridge/bridge/internal/kafkaclient"
 )
 
 func init() {
@@ -33,45 +29,7 @@ Needs DATABASE_URL (migrated schema), KAFKA_BROKERS and CONSUMER_TOPICS.`,
   CONSUMER_TOPICS='~^assets\.' CONSUMER_GROUP=bridge-eu bridge consume`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(config.Needs{Database: true, Kafka: true, Topics: true})
-			if err != nil {
-				return err
-			}
-			if err := consumer.ValidateTopics(cfg.Consumer.Topics); err != nil {
-				return err
-			}
-			rt, err := startRuntime(cmd.Context(), cfg, "outbox-bridge-consume")
-			if err != nil {
-				return err
-			}
-			defer rt.Close()
-			c, err := newConsumer(cfg, rt)
-			if err != nil {
-				return err
-			}
-			return c.Run(cmd.Context())
+			return runStages(cmd.Context(), serviceConsume, consumeStage)
 		},
 	}
-}
-
-// newConsumer builds the consumer from CONSUMER_* and the shared runtime
-// (logger, pool, tracer provider); `bridge run` uses it too.
-func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
-	kopts, err := kafkaclient.Options(cfg.Kafka, rt.Logger)
-	if err != nil {
-		return nil, err
-	}
-	cc := consumer.ConfigFrom(cfg.Consumer)
-	cc.Logger = rt.Logger
-	cc.TracerProvider = rt.TracerProvider
-	c, err := consumer.New(rt.Pool, kopts, cc)
-	if err != nil {
-		return nil, err
-	}
-	// Counters and group lag on /metrics (internal/metrics).
-	if err := rt.ObserveConsumer(c, cc.Group); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
 }

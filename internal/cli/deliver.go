@@ -2,9 +2,6 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/delivery"
 )
 
 func init() { register(newDeliverCmd) }
@@ -33,33 +30,7 @@ destinations are refused unless listed in WEBHOOK_ALLOWED_CIDRS.`,
   WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8 WEBHOOK_ALLOW_HTTP=true WEBHOOK_WORKERS=64 bridge deliver`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(config.Needs{Database: true})
-			if err != nil {
-				return err
-			}
-			rt, err := startRuntime(cmd.Context(), cfg, serviceDeliver)
-			if err != nil {
-				return err
-			}
-			defer rt.Close()
-			d, err := newDeliverer(cfg, rt)
-			if err != nil {
-				return err
-			}
-			return d.Run(cmd.Context())
+			return runStages(cmd.Context(), serviceDeliver, deliverStage)
 		},
 	}
-}
-
-// newDeliverer builds the webhook Deliverer from WEBHOOK_* and the shared
-// runtime (pool, logger, tracer provider, metrics); `bridge run` uses it too.
-func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) {
-	dc, err := delivery.ConfigFromEnv(cfg.Webhook)
-	if err != nil {
-		return nil, err
-	}
-	dc.Logger = rt.Logger
-	dc.TracerProvider = rt.TracerProvider
-	dc.Metrics = rt.DeliveryMetrics
-	return delivery.NewDeliverer(rt.Pool, dc)
 }

@@ -258,16 +258,17 @@ func newDeliveriesReviveCmd() *cobra.Command {
 			}
 		}
 		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
-			store := store.NewDeliveryStore(pool)
+			deliveries := store.NewDeliveryStore(pool)
 			var revived []int64
+			var notRevived []store.NotRevived
 			var err error
 			if bySub {
 				if _, err := subscriptionStore(cfg, pool).Get(cmd.Context(), *sub); err != nil {
 					return err
 				}
-				revived, err = store.ReviveSubscription(cmd.Context(), *sub)
+				revived, err = deliveries.ReviveSubscription(cmd.Context(), *sub)
 			} else {
-				revived, err = store.Revive(cmd.Context(), ids)
+				revived, notRevived, err = deliveries.Revive(cmd.Context(), ids)
 			}
 			if err != nil {
 				return err
@@ -277,21 +278,32 @@ func newDeliveriesReviveCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if *out == "json" {
-				return printJSON(w, map[string]any{"revived": revived})
-			}
-			fmt.Fprintf(w, "revived %d dead deliveries", len(revived))
-			if len(revived) > 0 && len(revived) <= 20 {
-				parts := make([]string, len(revived))
-				for i, id := range revived {
-					parts[i] = strconv.FormatInt(id, 10)
+				v := map[string]any{"revived": revived}
+				if len(notRevived) > 0 {
+					v["not_revived"] = notRevived
 				}
-				fmt.Fprintf(w, ": %s", strings.Join(parts, " "))
+				if err := printJSON(w, v); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(w, "revived %d dead deliveries", len(revived))
+				if len(revived) > 0 && len(revived) <= 20 {
+					parts := make([]string, len(revived))
+					for i, id := range revived {
+						parts[i] = strconv.FormatInt(id, 10)
+					}
+					fmt.Fprintf(w, ": %s", strings.Join(parts, " "))
+				}
+				fmt.Fprintln(w)
+				for _, n := range notRevived {
+					fmt.Fprintf(w, "not revived: %d %s\n", n.ID, n.Reason)
+				}
+				fmt.Fprintln(w, "they are delivered in their original order once their subscription is enabled")
 			}
-			fmt.Fprintln(w)
-			if !bySub && len(revived) < len(ids) {
-				fmt.Fprintf(w, "%d of the ids given were not dead (or do not exist) and were left alone\n", len(ids)-len(revived))
+			if !bySub && len(revived) == 0 {
+				// Asked for ids and nothing happened: not a success.
+				return fmt.Errorf("none of the %d id(s) given was revived (each is listed above with the reason)", len(notRevived))
 			}
-			fmt.Fprintln(w, "they are delivered in their original order once their subscription is enabled")
 			return nil
 		})
 	}

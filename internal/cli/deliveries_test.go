@@ -74,6 +74,13 @@ VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exp
 	if out := mustRunBridge(t, "deliveries", "revive", "--subscription", sub, "--dead"); !strings.Contains(out, "revived 0") {
 		t.Errorf("second revive: %s", out)
 	}
+	// By id again: the delivery is pending now, 999999 does not exist;
+	// each is named with its reason, and nothing revived exits 1.
+	code, out, errOut := runBridge(t, "deliveries", "revive", ids, "999999")
+	if code != ExitRuntime || !strings.Contains(out, "not revived: "+ids+" is pending, not dead") ||
+		!strings.Contains(out, "not revived: 999999 no such delivery") || !strings.Contains(errOut, "none of the 2") {
+		t.Errorf("revive of ids not dead: exit %d\n%s\n%s", code, out, errOut)
+	}
 }
 
 func TestDeliveriesCLIPaging(t *testing.T) {

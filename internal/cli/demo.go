@@ -19,6 +19,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
+	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/logging"
 )
@@ -148,7 +149,7 @@ type DemoParams struct {
 
 // RunDemo is `bridge demo` without its command line: it configures, migrates,
 // starts the broker (embedded unless KAFKA_BROKERS is set) and the runtime of
-// `bridge run`, runs demo.Run with runAll as the pipeline, and cleans up. The
+// `bridge run`, runs demo.Run with allStages as the pipeline, and cleans up. The
 // tests of package demo run the whole pipeline through it. A configuration
 // error is a *config.Error (exit 2).
 func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
@@ -226,10 +227,12 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 		}
 	}
 
-	rt, err := startRuntimeWith(ctx, cfg, serviceAll, runtimeOptions{
-		getenv:    func(k string) string { return env[k] },
-		logger:    logger,
-		noGlobals: p.Isolated,
+	_, uses := needsOf(allStages)
+	rt, err := startRuntimeWith(ctx, cfg, serviceAll, uses, runtimeOptions{
+		getenv:      func(k string) string { return env[k] },
+		logger:      logger,
+		noGlobals:   p.Isolated,
+		connectOnce: true,
 	})
 	if err != nil {
 		return nil, err
@@ -239,9 +242,10 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 	sum, err := demo.Run(ctx, demo.Env{
 		Pool:            rt.Pool,
 		Subscriptions:   store.NewSubscriptionStore(rt.Pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace),
-		Pipeline:        func(ctx context.Context) error { return runAll(ctx, cfg, rt) },
+		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, allStages) },
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),
+		TraceText:       traceText(rt, cfg.HTTP.JaegerQueryURL),
 		Topic:           topic,
 		RunID:           runID,
 		Brokers:         cfg.Kafka.Brokers,
@@ -279,6 +283,9 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	// worker, not the default 8 (a multi-tenant guard the demo has no use for).
 	def("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", "32")
 	def("OTEL_SERVICE_NAME", "outbox-bridge-demo")
+	// Where scripts/services-up.sh serves Jaeger's query API: the summary
+	// draws the sample trace from it.
+	def("JAEGER_QUERY_URL", demo.JaegerQuery)
 	env["CONSUMER_TOPICS"] = topic
 	env["CONSUMER_GROUP"] = group
 	env["WEBHOOK_ALLOW_HTTP"] = "true"
@@ -298,4 +305,41 @@ func processEnv() map[string]string {
 		}
 	}
 	return env
+}
+
+// traceText flushes the spans, then reads the trace back from Jaeger's
+// query API until the spans of every stage are there (export is
+// asynchronous; Jaeger indexes a moment later) and draws it as text.
+func traceText(rt *runtime, queryURL string) func(context.Context, string) (string, error) {
+	if queryURL == "" {
+		return nil
+	}
+	jq := jaegerquery.New(queryURL)
+	return func(ctx context.Context, traceID string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		var last error
+		for {
+			if err := rt.tracer.ForceFlush(ctx); err != nil {
+				return "", fmt.Errorf("flush spans: %w", err)
+			}
+			tr, err := jq.Get(ctx, traceID)
+			if err == nil && tr.Complete() {
+				return tr.Text(48), nil
+			}
+			if err != nil {
+				last = err
+			} else {
+				last = fmt.Errorf("Jaeger has %d spans of the trace, not yet every stage", len(tr.Spans))
+			}
+			select {
+			case <-ctx.Done():
+				if err == nil && tr != nil {
+					return tr.Text(48), nil // what there is
+				}
+				return "", last
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
 }

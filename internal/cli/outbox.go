@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 func init() { register(newOutboxCmd) }
@@ -40,9 +40,9 @@ func newOutboxStatsCmd() *cobra.Command {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		var st relay.Stats
+		var st outboxstore.Stats
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
-			st, err = relay.ReadStats(cmd.Context(), pool)
+			st, err = outboxstore.ReadStats(cmd.Context(), pool)
 			return err
 		})
 		if err != nil {
@@ -93,9 +93,9 @@ func newOutboxFailedCmd() *cobra.Command {
 		if *limit < 1 {
 			return UsageErrorf("--limit must be at least 1, got %d", *limit)
 		}
-		var rows []relay.FailedRow
+		var rows []outboxstore.FailedRow
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
-			rows, err = relay.ListFailed(cmd.Context(), pool, *topic, *limit, *payload, 0)
+			rows, err = outboxstore.ListFailed(cmd.Context(), pool, *topic, *limit, *payload, 0)
 			return err
 		})
 		if err != nil {
@@ -103,7 +103,7 @@ func newOutboxFailedCmd() *cobra.Command {
 		}
 		if *out == "json" {
 			if rows == nil {
-				rows = []relay.FailedRow{}
+				rows = []outboxstore.FailedRow{}
 			}
 			return printJSON(cmd.OutOrStdout(), rows)
 		}
@@ -171,21 +171,40 @@ func newOutboxReplayCmd() *cobra.Command {
 			parsed = append(parsed, id)
 		}
 		var n int64
+		var skipped []outboxstore.NotReplayed
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
 			if *all {
-				n, err = relay.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
+				n, err = outboxstore.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
 			} else {
-				n, err = relay.ReplayIDs(cmd.Context(), pool, parsed)
+				var replayed []uuid.UUID
+				replayed, skipped, err = outboxstore.ReplayIDs(cmd.Context(), pool, parsed)
+				n = int64(len(replayed))
 			}
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		w := cmd.OutOrStdout()
 		if *out == "json" {
-			return printJSON(cmd.OutOrStdout(), map[string]int64{"replayed": n})
+			v := struct {
+				Replayed    int64                     `json:"replayed"`
+				NotReplayed []outboxstore.NotReplayed `json:"not_replayed,omitempty"`
+			}{n, skipped}
+			if err := printJSON(w, v); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(w, "replayed %d row(s): FAILED → NEW, attempts reset\n", n)
+			for _, s := range skipped {
+				fmt.Fprintf(w, "not replayed: %s %s\n", s.ID, s.Reason)
+			}
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "replayed %d row(s): FAILED → NEW, attempts reset\n", n)
+		if !*all && n == 0 {
+			// Asked for ids and nothing happened: a script must not read
+			// that as success.
+			return fmt.Errorf("none of the %d id(s) given was replayed (each is listed above with the reason)", len(skipped))
+		}
 		return nil
 	}
 	return c

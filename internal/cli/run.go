@@ -1,14 +1,7 @@
 package cli
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/consumer"
 )
 
 func init() { register(newRunCmd) }
@@ -28,49 +21,7 @@ Needs DATABASE_URL (migrated schema), KAFKA_BROKERS and CONSUMER_TOPICS.`,
   KAFKA_BROKERS=127.0.0.1:9092 CONSUMER_TOPICS=assets bridge run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(config.Needs{Database: true, Kafka: true, Topics: true})
-			if err != nil {
-				return err
-			}
-			if err := consumer.ValidateTopics(cfg.Consumer.Topics); err != nil {
-				return err
-			}
-			rt, err := startRuntime(cmd.Context(), cfg, serviceAll)
-			if err != nil {
-				return err
-			}
-			defer rt.Close()
-			return runAll(cmd.Context(), cfg, rt)
+			return runStages(cmd.Context(), serviceAll, allStages...)
 		},
 	}
-}
-
-// runAll runs the three services until ctx ends or one of them fails.
-func runAll(ctx context.Context, cfg *config.Config, rt *runtime) error {
-	r, closeRelay, err := newRelay(cfg, rt)
-	if err != nil {
-		return err
-	}
-	defer closeRelay()
-	c, err := newConsumer(cfg, rt)
-	if err != nil {
-		return err
-	}
-	d, err := newDeliverer(cfg, rt)
-	if err != nil {
-		c.Close()
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return wrap("relay", r.Run(gctx)) })
-	g.Go(func() error { return wrap("consume", c.Run(gctx)) })
-	g.Go(func() error { return wrap("deliver", d.Run(gctx)) })
-	return g.Wait()
-}
-
-func wrap(part string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", part, err)
 }

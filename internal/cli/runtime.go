@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,15 +18,17 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
-// Service names: the default OTEL_SERVICE_NAME of each long-running command,
-// and what startRuntime keys its choices on.
+// Service names: the default OTEL_SERVICE_NAME (and the log's "service") of
+// each long-running command.
 const (
 	serviceRelay   = "outbox-bridge-relay"
 	serviceConsume = "outbox-bridge-consume"
@@ -73,18 +77,24 @@ type runtimeOptions struct {
 	refresh time.Duration
 	// noGlobals leaves otel's global providers alone (parallel tests).
 	noGlobals bool
+	// connectOnce makes one connection attempt to PostgreSQL and Kafka
+	// instead of waiting up to DATABASE_CONNECT_TIMEOUT (the demo, which
+	// checked both just before).
+	connectOnce bool
 }
 
-func startRuntime(ctx context.Context, cfg *config.Config, service string) (*runtime, error) {
-	return startRuntimeWith(ctx, cfg, service, runtimeOptions{})
+func startRuntime(ctx context.Context, cfg *config.Config, service string, uses serviceNeeds) (*runtime, error) {
+	return startRuntimeWith(ctx, cfg, service, uses, runtimeOptions{})
 }
 
 // startRuntimeWith sets up, in order: tracing from OTEL_* (service name per
-// command), the database pool (schema checked), metrics with the gauges the
-// command's data calls for, a Kafka client for readiness pings, and the ops
-// HTTP server. Close undoes them in reverse, so the spans of the last events
+// command), the database pool (not connected yet), metrics with the gauges
+// the stages' data calls for (uses), a Kafka client for readiness pings, and
+// the ops HTTP server; then it waits for PostgreSQL (schema checked) and
+// Kafka (waitForDependencies), with /healthz up and /readyz not ready
+// meanwhile. Close undoes them in reverse, so the spans of the last events
 // are flushed after everything else stopped.
-func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, opts runtimeOptions) (_ *runtime, err error) {
+func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, uses serviceNeeds, opts runtimeOptions) (_ *runtime, err error) {
 	logger := opts.logger
 	if logger == nil {
 		logger = newLogger(cfg)
@@ -124,7 +134,10 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		logger.InfoContext(ctx, "exporting traces", "endpoint", tcfg.Endpoint, "protocol", tcfg.Protocol, "service_name", tcfg.ServiceName)
 	}
 
-	rt.Pool, err = openCurrentDB(ctx, cfg)
+	// The pool connects lazily: the ops server comes up first, and
+	// waitForDependencies makes the first connection.
+	var dbAddr string
+	rt.Pool, dbAddr, err = database.Open(cfg.Database)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +178,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 	}
 	// Only the stages this command runs: their series are exported at 0
 	// from the start, and a relay's /metrics should not show a deliverer's.
-	needs := needsOf(service)
+	needs := uses
 	if needs.outbox {
 		rt.RelayMetrics = rt.Metrics.Relay()
 	}
@@ -195,6 +208,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		opsserver.PostgresCheck(rt.Pool),
 		opsserver.SchemaCheck(rt.Pool),
 	}
+	var pinger *kgo.Client
 	if needs.kafka && len(cfg.Kafka.Brokers) > 0 {
 		// A client of its own: a ping through the relay's or the
 		// consumer's client would queue behind their produce and fetch
@@ -203,7 +217,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 		if err != nil {
 			return nil, err
 		}
-		pinger, err := kgo.NewClient(kopts...)
+		pinger, err = kgo.NewClient(kopts...)
 		if err != nil {
 			return nil, err
 		}
@@ -248,28 +262,88 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, o
 			}
 		})
 	}
+	if err := rt.waitForDependencies(ctx, cfg, dbAddr, pinger, opts.connectOnce); err != nil {
+		return nil, err
+	}
 	return rt, nil
 }
 
-// serviceNeeds says which gauges and readiness checks a command's data
-// calls for: the relay's replicas report the outbox, the deliverers the
-// deliveries; `bridge run` does all.
-type serviceNeeds struct{ outbox, deliveries, kafka bool }
-
-func needsOf(service string) serviceNeeds {
-	switch service {
-	case serviceRelay:
-		return serviceNeeds{outbox: true, kafka: true}
-	case serviceConsume:
-		return serviceNeeds{kafka: true}
-	case serviceDeliver:
-		return serviceNeeds{deliveries: true}
-	case serviceAll:
-		return serviceNeeds{outbox: true, deliveries: true, kafka: true}
-	default:
-		return serviceNeeds{kafka: true}
+// waitForDependencies makes the first connections: PostgreSQL (with the
+// schema this binary needs), then a Kafka broker when the stages use one.
+// A long-running command started while either is down (a database
+// failover, a broker restart, a deploy that starts everything at once)
+// retries with capped backoff for up to DATABASE_CONNECT_TIMEOUT (0:
+// forever) instead of exiting into its supervisor's restart loop; each kind
+// of failure is logged once per interval. The ops server is already up:
+// /healthz answers, /readyz says which dependency is missing.
+func (rt *runtime) waitForDependencies(ctx context.Context, cfg *config.Config, dbAddr string, pinger *kgo.Client, once bool) error {
+	timeout := cfg.Database.ConnectTimeout
+	if once {
+		timeout = time.Nanosecond // the first failure is final
 	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	remaining := func() time.Duration {
+		if deadline.IsZero() {
+			return 0
+		}
+		return max(time.Until(deadline), time.Nanosecond)
+	}
+	wait := func(name string) service.Wait {
+		return service.Wait{
+			Name:           name,
+			Timeout:        remaining(),
+			AttemptTimeout: database.AttemptTimeout(cfg.Database),
+			Backoff:        service.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second},
+			LogEvery:       30 * time.Second,
+			Logger:         rt.Logger,
+		}
+	}
+	err := service.Retry(ctx, wait("connect to PostgreSQL at "+dbAddr), func(ctx context.Context) error {
+		if err := database.Ping(ctx, rt.Pool, dbAddr, database.AttemptTimeout(cfg.Database)); err != nil {
+			return err
+		}
+		return database.CheckCurrent(ctx, rt.Pool)
+	})
+	if err != nil {
+		return unwrapWait(err)
+	}
+	if pinger == nil {
+		return nil
+	}
+	brokers := strings.Join(cfg.Kafka.Brokers, ",")
+	err = service.Retry(ctx, wait("connect to Kafka at "+brokers), func(ctx context.Context) error {
+		if err := pinger.Ping(ctx); err != nil {
+			return fmt.Errorf("cannot reach a Kafka broker at %s: %w", brokers, err)
+		}
+		return nil
+	})
+	return unwrapWait(err)
 }
+
+// unwrapWait returns the last failure of a Retry that gave up, so the
+// command's one-line error is the failure itself ("cannot connect to
+// PostgreSQL at …"), as it was before commands waited.
+func unwrapWait(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *database.ConnectError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if u := errors.Unwrap(err); u != nil && !errors.Is(err, context.Canceled) {
+		return u
+	}
+	return err
+}
+
+// serviceNeeds says which gauges and readiness checks the stages' data
+// calls for: the relay reports the outbox, the deliverer the deliveries, and
+// the relay and the consumer need Kafka (each stage says so: stages.go).
+type serviceNeeds struct{ outbox, deliveries, kafka bool }
 
 // observe keeps the unregister function of a gauge registration for Close.
 func (rt *runtime) observe(unregister func() error, err error) error {

@@ -23,25 +23,9 @@ import (
 	"github.com/outboxbridge/bridge/internal/opsserver"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/outbox"
 )
-
-// eventually polls cond until it returns "" or the deadline passes, then
-// fails with cond's last complaint.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, msg)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 func readyzOf(t *testing.T, base string) (int, opsserver.Readiness) {
 	t.Helper()
@@ -91,7 +75,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, runtimeOptions{
+	rt, err := startRuntimeWith(ctx, cfg, serviceRelay, relayStage.uses, runtimeOptions{
 		getenv:    func(string) string { return "" },
 		logger:    logging.New(t.Output(), "info", "text"),
 		refresh:   100 * time.Millisecond,
@@ -168,7 +152,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 
 	// A small run: 3 events relayed.
 	enqueue(3)
-	eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 20*time.Second, func() string {
 		f := scrape()
 		produced := val(f, "bridge_relay_produced_total", map[string]string{"topic": "assets"})
 		sent := val(f, "bridge_outbox_rows", map[string]string{"status": "SENT"})
@@ -188,7 +172,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	down.Store(true)
 	enqueue(1)
 	var firstAge float64
-	eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 20*time.Second, func() string {
 		f := scrape()
 		firstAge = val(f, "bridge_outbox_oldest_new_age_seconds", nil)
 		if n := val(f, "bridge_outbox_rows", map[string]string{"status": "NEW"}); n != 1 || firstAge <= 0 {
@@ -196,7 +180,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 		}
 		return ""
 	})
-	eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 20*time.Second, func() string {
 		if age := val(scrape(), "bridge_outbox_oldest_new_age_seconds", nil); age < firstAge+1 {
 			return fmt.Sprintf("oldest NEW age %v, want it to grow past %v", age, firstAge+1)
 		}
@@ -209,7 +193,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	// cycle until the broker returns and never reports the outage: logged
 	// here, reported to the relay's owner, not asserted.
 	t.Logf("bridge_relay_outage during the outage: %v", val(scrape(), "bridge_relay_outage", nil))
-	eventually(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		code, r := readyzOf(t, base)
 		for _, c := range r.Checks {
 			if c.Name == "kafka" && !c.OK && code == http.StatusServiceUnavailable {
@@ -222,7 +206,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 	// The broker is back on the same address: the row goes out, the age
 	// falls to 0, the outage ends, the replica is ready again.
 	down.Store(false)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, func() string {
 		f := scrape()
 		produced := val(f, "bridge_relay_produced_total", map[string]string{"topic": "assets"})
 		age, _ := f.Value("bridge_outbox_oldest_new_age_seconds", nil)
@@ -232,7 +216,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 		}
 		return ""
 	})
-	eventually(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		if code, r := readyzOf(t, base); code != 200 {
 			return fmt.Sprintf("/readyz = %d %+v after the broker came back", code, r)
 		}
@@ -260,7 +244,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	cfg.HTTP.AdminToken = "an-admin-token-nobody-can-use"
 	quiet := logging.Discard()
 	var logs bytes.Buffer
-	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	rt, err := startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(string) string { return "" }, logger: slog.New(slog.NewTextHandler(&logs, nil)), noGlobals: true})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +267,7 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	rt.Close()
 	rt.Close() // twice is safe
 
-	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, runtimeOptions{
+	_, err = startRuntimeWith(context.Background(), cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
 		getenv: func(k string) string {
 			if k == "OTEL_TRACES_SAMPLER" {
 				return "sometimes"

@@ -49,9 +49,14 @@ type Database struct {
 	// DATABASE_URL: PostgreSQL connection string (URL or key=value form).
 	// Required.
 	URL string `env:"DATABASE_URL,required" secret:"url"`
-	// DATABASE_CONNECT_TIMEOUT: how long to wait for the first connection.
-	// Default 10s.
-	ConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"10s"`
+	// DATABASE_CONNECT_TIMEOUT: how long a long-running command (relay,
+	// consume, deliver, run) keeps retrying its first connections to
+	// PostgreSQL and Kafka, with /healthz up and /readyz not ready, before it
+	// exits 1; 0 waits forever. A process started during a database failover
+	// then waits it out instead of exiting into a supervisor's restart loop.
+	// Operator commands try once, for at most 10s (or this, if shorter).
+	// Default 3m.
+	ConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"3m"`
 	// DATABASE_MAX_CONNS: pool size. Default 10.
 	MaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"10"`
 }
@@ -74,8 +79,8 @@ func (c Database) validate() error {
 	if _, err := c.PoolConfig(); err != nil {
 		return err
 	}
-	if c.ConnectTimeout <= 0 {
-		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must be positive")
+	if c.ConnectTimeout < 0 {
+		return fieldError("DATABASE_CONNECT_TIMEOUT", c.ConnectTimeout.String(), "must not be negative (0 waits forever)")
 	}
 	if c.MaxConns < 2 {
 		return fieldError("DATABASE_MAX_CONNS", fmt.Sprint(c.MaxConns), "must be at least 2")
@@ -245,6 +250,10 @@ type Relay struct {
 	BackoffMax time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"30m"`
 	// RELAY_BATCH_SIZE: rows claimed and produced per cycle. Default 1000.
 	BatchSize int `env:"RELAY_BATCH_SIZE" envDefault:"1000"`
+	// RELAY_BATCH_BYTES: payload bytes claimed per cycle at most (a cycle
+	// always takes at least one row), so memory is bounded by bytes, not by
+	// rows. Default 16777216 (16 MiB).
+	BatchBytes int `env:"RELAY_BATCH_BYTES" envDefault:"16777216"`
 	// RELAY_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"1s"`
 	// RELAY_LEASE_TIMEOUT: how long a replica's lane lease lasts without
@@ -270,6 +279,8 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_BACKOFF_MAX", c.BackoffMax.String(), "must be at least RELAY_BACKOFF_BASE")
 	case c.BatchSize < 1 || c.BatchSize > 100000:
 		return fieldError("RELAY_BATCH_SIZE", fmt.Sprint(c.BatchSize), "must be between 1 and 100000")
+	case c.BatchBytes < 1:
+		return fieldError("RELAY_BATCH_BYTES", fmt.Sprint(c.BatchBytes), "must be at least 1")
 	case c.PollInterval <= 0:
 		return fieldError("RELAY_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
 	case c.LeaseTimeout < time.Second:
@@ -295,6 +306,33 @@ type Consumer struct {
 	DedupWindow time.Duration `env:"CONSUMER_DEDUP_WINDOW" envDefault:"168h"`
 	// CONSUMER_MAX_POLL_RECORDS: records per poll, one transaction each. Default 500.
 	MaxPollRecords int `env:"CONSUMER_MAX_POLL_RECORDS" envDefault:"500"`
+	// CONSUMER_SESSION_TIMEOUT: how long the group coordinator keeps a
+	// member that stopped heartbeating (a SIGKILLed or cut-off consumer)
+	// before handing its partitions to the others, so the stall after a
+	// crash is about this long. Must lie within the broker's
+	// group.min.session.timeout.ms and group.max.session.timeout.ms (6s and
+	// 30m by default). Classic protocol only: with
+	// CONSUMER_GROUP_PROTOCOL=consumer the broker's
+	// group.consumer.session.timeout.ms decides (45s by default). Default 10s.
+	SessionTimeout time.Duration `env:"CONSUMER_SESSION_TIMEOUT" envDefault:"10s"`
+	// CONSUMER_REBALANCE_TIMEOUT: how long members may take to rejoin once a
+	// rebalance began. The batch in flight holds the rebalance until it is
+	// committed, so it must finish within this; a member that does not is
+	// removed and its batch is redelivered (and deduplicated). Default 30s.
+	RebalanceTimeout time.Duration `env:"CONSUMER_REBALANCE_TIMEOUT" envDefault:"30s"`
+	// CONSUMER_INSTANCE_ID: static group membership (Kafka's
+	// group.instance.id), unique per replica, stable across its restarts
+	// (e.g. a StatefulSet's pod name): a replica restarted within
+	// CONSUMER_SESSION_TIMEOUT gets its partitions back without a rebalance.
+	// A static member does not leave the group when it stops, so its
+	// partitions pause until it is back or the session times out. Empty
+	// (the default): dynamic membership.
+	InstanceID string `env:"CONSUMER_INSTANCE_ID"`
+	// CONSUMER_GROUP_PROTOCOL: classic (JoinGroup/SyncGroup, the members
+	// assign partitions) or consumer (KIP-848: the broker assigns them and
+	// reconciles member by member, with no stop-the-world rebalance; needs
+	// Kafka 4.0+, and an older broker gets classic). Default classic.
+	GroupProtocol string `env:"CONSUMER_GROUP_PROTOCOL" envDefault:"classic"`
 }
 
 // Validate checks the consumer settings; requireTopics is true for commands
@@ -311,6 +349,17 @@ func (c Consumer) Validate(requireTopics bool) error {
 	}
 	if c.MaxPollRecords < 1 {
 		return fieldError("CONSUMER_MAX_POLL_RECORDS", fmt.Sprint(c.MaxPollRecords), "must be positive")
+	}
+	if c.SessionTimeout < time.Second {
+		return fieldError("CONSUMER_SESSION_TIMEOUT", c.SessionTimeout.String(), "must be at least 1s")
+	}
+	if c.RebalanceTimeout < time.Second {
+		return fieldError("CONSUMER_REBALANCE_TIMEOUT", c.RebalanceTimeout.String(), "must be at least 1s")
+	}
+	switch c.GroupProtocol {
+	case "classic", "consumer":
+	default:
+		return fieldError("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, "must be classic or consumer")
 	}
 	return nil
 }

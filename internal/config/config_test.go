@@ -88,6 +88,7 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"RELAY_MAX_ATTEMPTS", "0", config.Needs{}, "at least 1"},
 		{"RELAY_POLL_INTERVAL", "soon", config.Needs{}, "Duration"},
 		{"RELAY_BATCH_SIZE", "-1", config.Needs{}, "between"},
+		{"RELAY_BATCH_BYTES", "0", config.Needs{}, "at least 1"},
 		{"RELAY_PRODUCE_TIMEOUT", "10ms", config.Needs{}, "at least 1s"},
 		// Webhook and Relay both have a PollInterval field: the error must
 		// name the variable that was actually wrong.
@@ -112,7 +113,10 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"CONSUMER_TOPICS", "", config.Needs{Topics: true}, "required"},
 		{"CONSUMER_MAX_POLL_RECORDS", "many", config.Needs{}, "int"},
 		{"DATABASE_URL", "mysql://root@db/app", config.Needs{Database: true}, "postgres://"},
-		{"DATABASE_CONNECT_TIMEOUT", "0s", config.Needs{Database: true}, "positive"},
+		{"DATABASE_CONNECT_TIMEOUT", "-1s", config.Needs{Database: true}, "must not be negative"},
+		{"CONSUMER_SESSION_TIMEOUT", "500ms", config.Needs{}, "at least 1s"},
+		{"CONSUMER_REBALANCE_TIMEOUT", "soon", config.Needs{}, "duration"},
+		{"CONSUMER_GROUP_PROTOCOL", "eager", config.Needs{}, "classic or consumer"},
 		{"DATABASE_MAX_CONNS", "lots", config.Needs{Database: true}, "int"},
 		{"DATABASE_URL", "not a url", config.Needs{Database: true}, "cannot be parsed"},
 		{"HTTP_ADDR", ":99999", config.Needs{}, "out of range"},
@@ -194,6 +198,7 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_BACKOFF_BASE":                     cfg.Relay.BackoffBase,
 		"RELAY_BACKOFF_MAX":                      cfg.Relay.BackoffMax,
 		"RELAY_BATCH_SIZE":                       cfg.Relay.BatchSize,
+		"RELAY_BATCH_BYTES":                      cfg.Relay.BatchBytes,
 		"RELAY_POLL_INTERVAL":                    cfg.Relay.PollInterval,
 		"RELAY_LEASE_TIMEOUT":                    cfg.Relay.LeaseTimeout,
 		"RELAY_PRODUCE_TIMEOUT":                  cfg.Relay.ProduceTimeout,
@@ -202,6 +207,10 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         cfg.Consumer.Group,
 		"CONSUMER_DEDUP_WINDOW":                  cfg.Consumer.DedupWindow,
 		"CONSUMER_MAX_POLL_RECORDS":              cfg.Consumer.MaxPollRecords,
+		"CONSUMER_SESSION_TIMEOUT":               cfg.Consumer.SessionTimeout,
+		"CONSUMER_REBALANCE_TIMEOUT":             cfg.Consumer.RebalanceTimeout,
+		"CONSUMER_INSTANCE_ID":                   cfg.Consumer.InstanceID,
+		"CONSUMER_GROUP_PROTOCOL":                cfg.Consumer.GroupProtocol,
 		"WEBHOOK_RETRY_SCHEDULE":                 cfg.Webhook.RetrySchedule,
 		"WEBHOOK_DISABLE_AFTER":                  cfg.Webhook.DisableAfter,
 		"WEBHOOK_TIMEOUT":                        cfg.Webhook.Timeout,
@@ -215,7 +224,7 @@ func TestLoadDefaults(t *testing.T) {
 	want := map[string]any{
 		"LOG_LEVEL":                              "info",
 		"LOG_FORMAT":                             "text",
-		"DATABASE_CONNECT_TIMEOUT":               10 * time.Second,
+		"DATABASE_CONNECT_TIMEOUT":               3 * time.Minute,
 		"DATABASE_MAX_CONNS":                     int32(10),
 		"KAFKA_BROKERS":                          0,
 		"KAFKA_CLIENT_ID":                        "outbox-bridge",
@@ -227,6 +236,7 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_BACKOFF_BASE":                     7 * time.Second,
 		"RELAY_BACKOFF_MAX":                      30 * time.Minute,
 		"RELAY_BATCH_SIZE":                       1000,
+		"RELAY_BATCH_BYTES":                      16777216,
 		"RELAY_POLL_INTERVAL":                    time.Second,
 		"RELAY_LEASE_TIMEOUT":                    15 * time.Second,
 		"RELAY_PRODUCE_TIMEOUT":                  30 * time.Second,
@@ -235,6 +245,10 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         "outbox-bridge",
 		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
 		"CONSUMER_MAX_POLL_RECORDS":              500,
+		"CONSUMER_SESSION_TIMEOUT":               10 * time.Second,
+		"CONSUMER_REBALANCE_TIMEOUT":             30 * time.Second,
+		"CONSUMER_INSTANCE_ID":                   "",
+		"CONSUMER_GROUP_PROTOCOL":                "classic",
 		"WEBHOOK_RETRY_SCHEDULE":                 []time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
 		"WEBHOOK_DISABLE_AFTER":                  5,
 		"WEBHOOK_TIMEOUT":                        15 * time.Second,
@@ -312,30 +326,10 @@ func TestDocumentedDefaultsMatchLoad(t *testing.T) {
 		if documented == "none" {
 			documented = ""
 		}
-		if !sameSetting(documented, value) {
+		if !config.SameSetting(documented, value) {
 			t.Errorf("%s: documented default %q, Load gives %q (doc: %q)", v, documented, value, doc)
 		}
 	}
-}
-
-// sameSetting compares a documented value with an effective one, treating
-// durations (and lists of them) by value: "30m" == "30m0s".
-func sameSetting(documented, effective string) bool {
-	if documented == effective {
-		return true
-	}
-	ds, es := strings.Split(documented, ","), strings.Split(effective, ",")
-	if len(ds) != len(es) {
-		return false
-	}
-	for i := range ds {
-		dd, err1 := time.ParseDuration(ds[i])
-		ed, err2 := time.ParseDuration(es[i])
-		if err1 != nil || err2 != nil || dd != ed {
-			return false
-		}
-	}
-	return true
 }
 
 // documentedVars maps each variable named at the start of a field comment in

@@ -164,3 +164,31 @@ func TestTracingVarsMatchTracing(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedDefaultMismatchesCatchesAStaleComment: the check a stage
+// runs on its own Config finds a comment whose default disagrees with the
+// tag, accepts one that agrees (durations by value), and refuses a source
+// in which it checked nothing.
+func TestDocumentedDefaultMismatchesCatchesAStaleComment(t *testing.T) {
+	t.Parallel()
+	src := `package stage
+type Config struct {
+	// Records per poll (CONSUMER_MAX_POLL_RECORDS). Default 400.
+	MaxPollRecords int
+	// Session (CONSUMER_SESSION_TIMEOUT). Default 10000ms.
+	SessionTimeout int
+	// Group (CONSUMER_GROUP). Default "outbox-bridge".
+	Group string
+}
+`
+	bad, err := DocumentedDefaultMismatches("stage.go", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) != 1 || !strings.Contains(bad[0], "CONSUMER_MAX_POLL_RECORDS") || !strings.Contains(bad[0], `"400"`) {
+		t.Fatalf("mismatches %q, want exactly the stale CONSUMER_MAX_POLL_RECORDS", bad)
+	}
+	if _, err := DocumentedDefaultMismatches("empty.go", "package stage\ntype Config struct{ X int }\n"); err == nil {
+		t.Fatal("a source with nothing to check passed")
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // pageSize is the rows per list page.
@@ -70,8 +70,8 @@ func parseTime(field, v string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%s %q is not a time (YYYY-MM-DDTHH:MM, UTC)", field, v)
 }
 
-func failedFilter(q url.Values) (relay.FailedFilter, error) {
-	f := relay.FailedFilter{
+func failedFilter(q url.Values) (outboxstore.FailedFilter, error) {
+	f := outboxstore.FailedFilter{
 		Topic:         strings.TrimSpace(q.Get("topic")),
 		AssetID:       strings.TrimSpace(q.Get("asset")),
 		EventType:     strings.TrimSpace(q.Get("event_type")),
@@ -114,12 +114,12 @@ func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rows, err := relay.ListFailedMatching(r.Context(), c.pool, f, pageSize+1, after)
+	rows, err := outboxstore.ListFailedMatching(r.Context(), c.pool, f, pageSize+1, after)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	total, err := relay.CountFailedMatching(r.Context(), c.pool, f)
+	total, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -130,7 +130,7 @@ func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
 		next = strconv.FormatInt(rows[pageSize-1].Seq, 10)
 	}
 	c.render(w, r, http.StatusOK, "outbox", "Outbox", map[string]any{
-		"Rows": rows, "Total": total, "Next": next, "Q": filterValues(q, failedKeys...), "Filtered": f != (relay.FailedFilter{}),
+		"Rows": rows, "Total": total, "Next": next, "Q": filterValues(q, failedKeys...), "Filtered": f != (outboxstore.FailedFilter{}),
 		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
 		"After": after > 0,
 	})
@@ -145,7 +145,7 @@ func (c *Console) outboxReplayConfirm(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	n, err := relay.CountFailedMatching(r.Context(), c.pool, f)
+	n, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -185,7 +185,7 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/ui/outbox/replay?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
 			return
 		}
-		n, err := relay.ReplayFailedMatching(r.Context(), c.pool, f)
+		n, err := outboxstore.ReplayFailedMatching(r.Context(), c.pool, f)
 		if err != nil {
 			c.fail(w, r, err)
 			return
@@ -207,12 +207,16 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{"IDs": r.PostForm["id"], "Count": len(ids), "Back": r.PostFormValue("back")})
 		return
 	}
-	n, err := relay.ReplayIDs(r.Context(), c.pool, ids)
+	replayed, skipped, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Replayed %d of %d selected rows (rows no longer FAILED are left alone).", n, len(ids)))
+	msg := fmt.Sprintf("Replayed %d of %d selected rows.", len(replayed), len(ids))
+	for _, sk := range skipped {
+		msg += fmt.Sprintf(" Not replayed: %s %s.", sk.ID, sk.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/outbox/"+ids[0].String(), http.StatusSeeOther)
 		return
@@ -220,13 +224,13 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/outbox", http.StatusSeeOther)
 }
 
-func (c *Console) outboxRowOf(w http.ResponseWriter, r *http.Request, withPayload bool) *relay.Row {
+func (c *Console) outboxRowOf(w http.ResponseWriter, r *http.Request, withPayload bool) *outboxstore.Row {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not an outbox row id", r.PathValue("id")))
 		return nil
 	}
-	row, err := relay.GetRow(r.Context(), c.pool, id, withPayload)
+	row, err := outboxstore.GetRow(r.Context(), c.pool, id, withPayload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.errorPage(w, r, http.StatusNotFound, "No outbox row "+id.String()+" (SENT rows are deleted after RELAY_RETENTION).")
 		return nil
@@ -265,7 +269,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -275,7 +279,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		s.Secret = ""
 		rows = append(rows, subRow{Sub: s, Health: health[s.ID]})
 	}
-	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows})
+	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows, "RatesAt": c.sampler.ratesRead()})
 }
 
 // splitTypes reads an event-types field: comma- or space-separated.
@@ -317,13 +321,14 @@ func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub.Secret = ""
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
 		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
+		"RatesAt": c.sampler.ratesRead(),
 	})
 }
 
@@ -478,7 +483,7 @@ func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	health, err := c.deliveries.Health(r.Context())
+	health, err := c.health(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -529,12 +534,16 @@ func (c *Console) revive(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
 		return
 	}
-	revived, err := c.deliveries.Revive(r.Context(), ids)
+	revived, notRevived, err := c.deliveries.Revive(r.Context(), ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Revived %d of %d selected deliveries (ones not dead are left alone).", len(revived), len(ids)))
+	msg := fmt.Sprintf("Revived %d of %d selected deliveries.", len(revived), len(ids))
+	for _, n := range notRevived {
+		msg += fmt.Sprintf(" Not revived: %d %s.", n.ID, n.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(ids[0], 10), http.StatusSeeOther)
 		return

@@ -7,17 +7,22 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // chartWindow is how far back the overview's charts reach.
 const chartWindow = 15 * time.Minute
 
+// ratesEvery is how often the attempt rates (success over the last hour,
+// deliveries per second) are re-read: they scan the last hour's attempt
+// log, so not at every sample.
+const ratesEvery = 30 * time.Second
+
 // Snapshot is one reading of everything the overview shows.
 type Snapshot struct {
 	At         time.Time
-	Topics     []relay.TopicStats
-	Throughput relay.Throughput
+	Topics     []outboxstore.TopicStats
+	Throughput outboxstore.Throughput
 	Lag        []consumer.PartitionLag
 	LagTotal   int64
 	LagError   string
@@ -47,6 +52,8 @@ type sampler struct {
 
 	mu       sync.Mutex
 	ring     []Snapshot
+	rates    map[string]store.SubscriptionHealth
+	ratesAt  time.Time
 	lastView time.Time
 	running  bool
 	wake     chan struct{}
@@ -149,16 +156,18 @@ func (c *Console) read(ctx context.Context) Snapshot {
 			snap.Error = e.Error()
 		}
 	}
-	snap.Topics, err = relay.ReadTopicStats(ctx, c.pool)
+	snap.Topics, err = outboxstore.ReadTopicStats(ctx, c.pool)
 	fail(err)
-	snap.Throughput, err = relay.ReadThroughput(ctx, c.pool, time.Minute)
+	snap.Throughput, err = outboxstore.ReadThroughput(ctx, c.pool, time.Minute)
 	fail(err)
 	subs, err := c.subs.List(ctx)
 	fail(err)
 	health, err := c.deliveries.Health(ctx)
 	fail(err)
+	rates, err := c.sampler.attemptRates(ctx)
+	fail(err)
 	for _, sub := range subs {
-		h := health[sub.ID]
+		h := health[sub.ID].WithRates(rates[sub.ID])
 		sub.Secret = ""
 		snap.Subs = append(snap.Subs, subRow{Sub: sub, Health: h})
 		snap.Pending += h.Pending
@@ -183,6 +192,48 @@ func (c *Console) read(ctx context.Context) Snapshot {
 		}
 	}
 	return snap
+}
+
+// attemptRates returns the cached attempt rates, re-reading them when
+// older than ratesEvery (or never read).
+func (s *sampler) attemptRates(ctx context.Context) (map[string]store.SubscriptionHealth, error) {
+	s.mu.Lock()
+	rates, at := s.rates, s.ratesAt
+	s.mu.Unlock()
+	if rates != nil && time.Since(at) < ratesEvery {
+		return rates, nil
+	}
+	rates, err := s.c.deliveries.AttemptRates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.rates, s.ratesAt = rates, time.Now()
+	s.mu.Unlock()
+	return rates, nil
+}
+
+// ratesRead is when the cached attempt rates were read.
+func (s *sampler) ratesRead() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ratesAt
+}
+
+// health is every subscription's counts now, with the cached rates.
+func (c *Console) health(ctx context.Context) (map[string]store.SubscriptionHealth, error) {
+	h, err := c.deliveries.Health(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rates, err := c.sampler.attemptRates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for id, v := range h {
+		h[id] = v.WithRates(rates[id])
+	}
+	return h, nil
 }
 
 // series extracts one figure from each snapshot, for a chart.

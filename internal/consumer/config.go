@@ -5,12 +5,16 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
 )
 
-// Config configures a Consumer. Zero values take the defaults given.
+// Config configures a Consumer. Zero values take the defaults given. The
+// default of a field read from the environment is its variable's envDefault
+// in internal/config (taken from there by withDefaults, so it is written
+// once); a test checks that the comments below say the same.
 type Config struct {
 	// Group is the Kafka consumer group (CONSUMER_GROUP). Default
 	// "outbox-bridge".
@@ -27,6 +31,21 @@ type Config struct {
 	// (CONSUMER_MAX_POLL_RECORDS). A batch must finish within the group's
 	// rebalance timeout. Default 500.
 	MaxPollRecords int
+	// SessionTimeout: how long the coordinator keeps a member that stopped
+	// heartbeating before its partitions move (CONSUMER_SESSION_TIMEOUT):
+	// the stall after a consumer is SIGKILLed. Default 10s. Members
+	// heartbeat every tenth of it, so the survivors hear of the rebalance
+	// within a second of the dead member's expiry, not after franz-go's 3s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout: how long members may take to rejoin a rebalance
+	// (CONSUMER_REBALANCE_TIMEOUT); the batch in flight holds it. Default
+	// 30s.
+	RebalanceTimeout time.Duration
+	// InstanceID: static membership (CONSUMER_INSTANCE_ID). Empty: dynamic.
+	InstanceID string
+	// GroupProtocol: "classic" or "consumer" (KIP-848)
+	// (CONSUMER_GROUP_PROTOCOL). Default classic.
+	GroupProtocol string
 	// PruneInterval: how often old inbox rows are pruned. Default 10m.
 	PruneInterval time.Duration
 	// PruneBatch: inbox rows deleted per statement while pruning, so one
@@ -51,23 +70,39 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Logger receives the consumer's logs. Nil: discard.
 	Logger *slog.Logger
+
+	// groupOpts are added to the group client only (tests: assignment
+	// callbacks, which the dead-letter producer must not get).
+	groupOpts []kgo.Opt
 }
 
-// ConfigFrom maps the CONSUMER_* environment (config.Consumer) to a Config;
-// the caller sets Logger and TracerProvider.
-func ConfigFrom(c config.Consumer) Config {
+// ConfigFromEnv maps the CONSUMER_* environment (config.Consumer) to a
+// Config; the caller sets Logger and TracerProvider.
+func ConfigFromEnv(c config.Consumer) Config {
 	return Config{
-		Group:          c.Group,
-		Topics:         c.Topics,
-		DedupWindow:    c.DedupWindow,
-		MaxPollRecords: c.MaxPollRecords,
+		Group:            c.Group,
+		Topics:           c.Topics,
+		DedupWindow:      c.DedupWindow,
+		MaxPollRecords:   c.MaxPollRecords,
+		SessionTimeout:   c.SessionTimeout,
+		RebalanceTimeout: c.RebalanceTimeout,
+		InstanceID:       c.InstanceID,
+		GroupProtocol:    c.GroupProtocol,
 	}
 }
 
+// envDefaults are the defaults of the environment-backed fields: the
+// envDefault tags of config.Consumer.
+var envDefaults = ConfigFromEnv(config.Defaults().Consumer)
+
 func (c Config) withDefaults() Config {
-	c.Group = cmp.Or(c.Group, "outbox-bridge")
-	c.DedupWindow = cmp.Or(c.DedupWindow, 7*24*time.Hour)
-	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, 500)
+	d := envDefaults
+	c.Group = cmp.Or(c.Group, d.Group)
+	c.DedupWindow = cmp.Or(c.DedupWindow, d.DedupWindow)
+	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, d.MaxPollRecords)
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, d.SessionTimeout)
+	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, d.RebalanceTimeout)
+	c.GroupProtocol = cmp.Or(c.GroupProtocol, d.GroupProtocol)
 	c.PruneInterval = cmp.Or(c.PruneInterval, 10*time.Minute)
 	c.PruneBatch = cmp.Or(c.PruneBatch, 5000)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
@@ -75,4 +110,11 @@ func (c Config) withDefaults() Config {
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, 5*time.Second)
 	c.DeadLetterTimeout = cmp.Or(c.DeadLetterTimeout, 30*time.Second)
 	return c
+}
+
+// heartbeatInterval is a tenth of the session timeout (at most franz-go's
+// 3s default, at least 100ms): a survivor learns that a rebalance began on
+// its next heartbeat, so this is added to every failover.
+func (c Config) heartbeatInterval() time.Duration {
+	return min(max(c.SessionTimeout/10, 100*time.Millisecond), 3*time.Second)
 }

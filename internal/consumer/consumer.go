@@ -58,6 +58,9 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Consumer, error)
 	if len(cfg.Topics) == 0 {
 		return nil, &config.Error{Var: "CONSUMER_TOPICS", Problem: "is required (comma-separated topic list)"}
 	}
+	if cfg.GroupProtocol != "classic" && cfg.GroupProtocol != "consumer" {
+		return nil, &config.Error{Var: "CONSUMER_GROUP_PROTOCOL", Value: cfg.GroupProtocol, Problem: "must be classic or consumer"}
+	}
 	topicOpts, err := topicOptions(cfg.Topics)
 	if err != nil {
 		return nil, err
@@ -93,7 +96,24 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Consumer, error)
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) {
 			c.logger.Debug("a rebalance is waiting for the batch in flight")
 		}),
+		// franz-go's 45s default keeps a SIGKILLed member's partitions
+		// idle for 45s, and twice that when it was the group leader (the
+		// survivors wait in SyncGroup for the dead leader, then rejoin).
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.heartbeatInterval()),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if cfg.GroupProtocol == "consumer" {
+		// KIP-848 (franz-go's opt-in since v1.22): the broker assigns
+		// partitions with its "uniform" assignor (our first balancer is
+		// cooperative-sticky). franz-go falls back to classic by itself
+		// when the broker lacks the v1 ConsumerGroupHeartbeat API.
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	opts = append(opts, cfg.groupOpts...)
 	c.client, err = kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka consumer: %w", err)
@@ -176,7 +196,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("consumer: Run called twice")
 	}
 	defer c.Close()
-	c.logger.InfoContext(ctx, "consumer started", "topics", c.cfg.Topics, "max_poll_records", c.cfg.MaxPollRecords)
+	c.logger.InfoContext(ctx, "consumer started", "topics", c.cfg.Topics, "max_poll_records", c.cfg.MaxPollRecords,
+		"group_protocol", c.cfg.GroupProtocol, "session_timeout", c.cfg.SessionTimeout, "instance_id", c.cfg.InstanceID)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

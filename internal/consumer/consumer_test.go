@@ -507,7 +507,13 @@ func TestRebalanceWhenSecondMemberJoinsLosesAndDuplicatesNothing(t *testing.T) {
 		const n = assets * perAsset
 		b.waitDeliveries(t, 2*n, 120*time.Second)
 
-		s1, s2 := first.Stats(), second.Stats()
+		// A batch's records are counted just after its transaction commits,
+		// so the deliveries can be visible a moment before the counters.
+		var s1, s2 Stats
+		testkit.Eventually(t, 10*time.Second, func() string {
+			s1, s2 = first.Stats(), second.Stats()
+			return testkit.Unless(s1.Records+s2.Records >= n, "members handled %d of %d records", s1.Records+s2.Records, n)
+		})
 		t.Logf("first member: %+v; second member: %+v", s1, s2)
 		if s2.Records == 0 {
 			t.Fatal("the second member never got a partition: no rebalance was exercised")

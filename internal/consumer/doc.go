@@ -55,7 +55,8 @@
 // lands the rebalance in that window and asserts zero duplicates).
 //
 // The price is that a batch must finish within the group's rebalance timeout
-// (default 60s); CONSUMER_MAX_POLL_RECORDS bounds a batch. If PostgreSQL is
+// (CONSUMER_REBALANCE_TIMEOUT, default 30s); CONSUMER_MAX_POLL_RECORDS bounds
+// a batch. If PostgreSQL is
 // down longer than that, the member is removed from the group while it
 // retries; its late offset commit then fails, is logged and counted, and the
 // records' new owner finds them in the inbox — still exactly once.
@@ -64,6 +65,38 @@
 // seeking to them on assignment, would also work but makes the offsets
 // invisible to Kafka tooling (lag, kafka-consumer-groups); keeping them in
 // Kafka keeps the standard lag metrics meaningful.
+//
+// # A member that dies
+//
+// A SIGKILLed member (or one cut off the network) sends no LeaveGroup; the
+// coordinator keeps it, and its partitions idle, until its session times
+// out. franz-go's default is 45s, and when the dead member was the group's
+// leader the survivors then waited in SyncGroup for a second timeout: 68–109s
+// without webhooks after a routine node failure. CONSUMER_SESSION_TIMEOUT
+// (default 10s) bounds it, and members heartbeat every tenth of it, so a
+// survivor learns of the rebalance within about a second of the expiry.
+// Measured on the real broker (TestSurvivorTakesOverWithinTheSessionTimeoutAfterSIGKILL):
+// the survivor processes the dead member's partitions about 10.4–10.9s after
+// the SIGKILL with the default — the session timeout plus a heartbeat; set
+// CONSUMER_SESSION_TIMEOUT below 10s when the stall must stay under 10s.
+//
+// CONSUMER_INSTANCE_ID (static membership) makes a restart cost no
+// rebalance: the member rejoins under its old identity and gets its own
+// partitions back (TestStaticMemberRestartKeepsItsPartitionsWithoutARebalance).
+// It does not shorten a crash's stall: a static member is only replaced when
+// its session expires.
+//
+// CONSUMER_GROUP_PROTOCOL=consumer selects KIP-848 (franz-go's
+// ServerSideBalancer opt-in): the broker assigns partitions and moves them
+// member by member. Against Kafka 4.1.1 the group really runs as a
+// "consumer"-type group, but its session timeout is the broker's
+// group.consumer.session.timeout.ms, 45s by default and never below
+// group.consumer.min.session.timeout.ms (also 45s; a per-group
+// consumer.session.timeout.ms of 10s is refused with INVALID_CONFIG): a
+// SIGKILLed member's partitions stalled 45s. franz-go also recommends it
+// only from Kafka 4.3 (a STALE_MEMBER_EPOCH on an offset commit before that
+// is not handled for the caller). So classic stays the default; choose
+// consumer where the brokers' group.consumer.* settings are lowered.
 //
 // # Records that cannot be processed
 //

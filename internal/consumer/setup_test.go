@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) != "" {
+		os.Exit(runMember())
+	}
 	goleak.VerifyTestMain(m)
 }
 

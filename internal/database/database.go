@@ -29,28 +29,59 @@ func (e *ConnectError) Error() string {
 
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// Connect opens a pool and waits (up to cfg.ConnectTimeout) until one
-// connection works, so a wrong DATABASE_URL fails the command at start with a
+// AttemptTimeout bounds one connection attempt: DATABASE_CONNECT_TIMEOUT
+// when it is shorter, else 10s. Operator commands make one attempt (they
+// fail fast); long-running commands make attempts until the whole
+// DATABASE_CONNECT_TIMEOUT has passed (see internal/cli).
+func AttemptTimeout(cfg config.Database) time.Duration {
+	const most = 10 * time.Second
+	if cfg.ConnectTimeout > 0 && cfg.ConnectTimeout < most {
+		return cfg.ConnectTimeout
+	}
+	return most
+}
+
+// Open parses cfg and creates a pool without connecting yet; Addr is the
+// server's address for messages (never the password).
+func Open(cfg config.Database) (pool *pgxpool.Pool, addr string, err error) {
+	pcfg, err := cfg.PoolConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	if attempt := AttemptTimeout(cfg); pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > attempt {
+		pcfg.ConnConfig.ConnectTimeout = attempt
+	}
+	addr = net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
+	pool, err = pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return nil, "", &ConnectError{Addr: addr, Err: err}
+	}
+	return pool, addr, nil
+}
+
+// Ping makes one connection attempt through pool, bounded by timeout, and
+// describes a failure as a ConnectError naming addr.
+func Ping(ctx context.Context, pool *pgxpool.Pool, addr string, timeout time.Duration) error {
+	pingCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		return &ConnectError{Addr: addr, Err: describeConnectError(err)}
+	}
+	return nil
+}
+
+// Connect opens a pool and makes one connection attempt (bounded by
+// AttemptTimeout), so a wrong DATABASE_URL fails the command at start with a
 // clear message instead of at the first query.
 func Connect(ctx context.Context, cfg config.Database) (*pgxpool.Pool, error) {
-	pcfg, err := cfg.PoolConfig()
+	pool, addr, err := Open(cfg)
 	if err != nil {
 		return nil, err
 	}
-	pcfg.MaxConns = cfg.MaxConns
-	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.ConnectTimeout {
-		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
-	}
-	addr := net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, &ConnectError{Addr: addr, Err: err}
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
+	if err := Ping(ctx, pool, addr, AttemptTimeout(cfg)); err != nil {
 		pool.Close()
-		return nil, &ConnectError{Addr: addr, Err: describeConnectError(err)}
+		return nil, err
 	}
 	return pool, nil
 }

@@ -220,6 +220,97 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	}
 }
 
+// A development database migrated before 00001–00007 were folded into the
+// baseline has versions this build no longer carries: Migrate refuses it with
+// advice to recreate it, and applies nothing on top of a schema it cannot
+// vouch for; readiness says the same.
+func TestMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		history func(t *testing.T, db *pgtest.DB)
+		version string
+	}{
+		{"at version 7", func(t *testing.T, db *pgtest.DB) {
+			// What a pre-fold build left: versions 1–7 applied, nothing later.
+			exec(t, db, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`)
+			for v := 2; v <= 7; v++ {
+				exec(t, db, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, v)
+			}
+		}, "version 7"},
+		{"at version 1 of the old layout", func(t *testing.T, db *pgtest.DB) {
+			// The development 00001 created the outbox only.
+			exec(t, db, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`)
+			exec(t, db, `DROP TABLE bridge.relay_members, bridge.relay_lanes`)
+		}, "version 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.Empty(t)
+			if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			c.history(t, db)
+			before, err := database.SchemaVersion(ctx, db.Pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			res, err := database.Migrate(ctx, db.Pool, nil)
+			if !errors.Is(err, database.ErrSchemaUnknown) {
+				t.Fatalf("Migrate = %v, want ErrSchemaUnknown", err)
+			}
+			for _, want := range []string{"database schema " + c.version + " was created by an earlier development build", "recreate the database"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if len(res.Applied) != 0 {
+				t.Errorf("Migrate applied %v on a pre-fold database", res.Applied)
+			}
+			if after, err := database.SchemaVersion(ctx, db.Pool); err != nil || after != before {
+				t.Errorf("schema version %d (%v) after refusing, want it left at %d", after, err, before)
+			}
+			if err := database.CheckCurrent(ctx, db.Pool); !errors.Is(err, database.ErrSchemaUnknown) {
+				t.Errorf("CheckCurrent = %v, want ErrSchemaUnknown", err)
+			}
+		})
+	}
+}
+
+// A database that records a migration this build does not carry (below its
+// latest: a different build's) is refused too, rather than migrated around it.
+func TestMigrateRefusesUnknownVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.Empty(t)
+	if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	// 8 and 9 are never used: new migrations take reserved ranges from 10.
+	const stray = lastFolded + 1
+	if slices.Contains(migrationVersions(t), stray) || stray >= database.LatestVersion() {
+		t.Fatalf("version %d is a migration of this build (or not below its latest %d): pick another stray", stray, database.LatestVersion())
+	}
+	exec(t, db, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, stray)
+	_, err := database.Migrate(ctx, db.Pool, nil)
+	if !errors.Is(err, database.ErrSchemaUnknown) || !strings.Contains(err.Error(), fmt.Sprintf("migration %d", stray)) {
+		t.Fatalf("Migrate = %v, want ErrSchemaUnknown naming migration %d", err, stray)
+	}
+}
+
+// lastFolded is the last development version folded into the baseline.
+const lastFolded = 7
+
+func exec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
 func TestCheckCurrentOnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Empty(t)

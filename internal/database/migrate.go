@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -27,6 +29,18 @@ const migrationLockID = 0x6f7574626f78 // "outbox"
 // ErrSchemaNewer means the database was migrated by a newer bridge; this binary
 // refuses to run against it rather than downgrade or misread it.
 var ErrSchemaNewer = errors.New("database schema is newer than this binary")
+
+// ErrSchemaUnknown means the database records a migration this binary does
+// not carry: most likely a development database migrated before 00001–00007
+// were folded into the baseline. Applying the baseline's successors on top of
+// a schema of unknown shape could corrupt it, so the bridge refuses and says to
+// recreate the database.
+var ErrSchemaUnknown = errors.New("database schema was not created by this build's migrations")
+
+// lastFoldedVersion is the last of the migration versions of development builds before the
+// baseline (00001–00007, folded into 00001_baseline.sql before the first
+// release). A database that has one of them applied has no upgrade path.
+const lastFoldedVersion = 7
 
 // MigrationResult reports what Migrate did.
 type MigrationResult struct {
@@ -66,6 +80,76 @@ func LatestVersion() int64 {
 	return latest
 }
 
+// Versions lists the versions of the embedded migrations, ascending (with
+// gaps: each area of the code appends in its own range of numbers).
+func Versions() []int64 {
+	entries, _ := migrations.FS.ReadDir(".")
+	var out []int64
+	for _, e := range entries {
+		if v, err := goose.NumericComponent(e.Name()); err == nil {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkKnown refuses a database whose applied migrations this binary cannot
+// account for (newer ones are ErrSchemaNewer, checked by the callers):
+//   - one of the folded development versions 2–7, or version 1 without the
+//     tables of the baseline (a database migrated by a build before the fold,
+//     whose 00001 was a smaller file): "recreate the database";
+//   - any other version this binary does not carry, at or below its latest.
+func checkKnown(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "public."+MigrationsTable).Scan(&exists); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	rows, err := pool.Query(ctx, `SELECT DISTINCT version_id FROM `+MigrationsTable+` WHERE is_applied AND version_id > 0 ORDER BY version_id`)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	known, latest := Versions(), LatestVersion()
+	var folded, unknown int64
+	for _, v := range applied {
+		switch {
+		case v > latest:
+		case v >= 2 && v <= lastFoldedVersion:
+			folded = v
+		case !slices.Contains(known, v):
+			unknown = v
+		}
+	}
+	if folded == 0 && slices.Contains(applied, 1) {
+		// Version 1 alone may be the development 00001, which created the
+		// outbox only: the baseline's relay lanes tell the two apart.
+		var baseline bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('bridge.relay_lanes') IS NOT NULL`).Scan(&baseline); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		if !baseline {
+			folded = 1
+		}
+	}
+	switch {
+	case folded > 0:
+		return fmt.Errorf("%w: database schema version %d was created by an earlier development build; recreate the database "+
+			"(migrations 00001–00007 were folded into one baseline before the first release, and there is no upgrade from before it)",
+			ErrSchemaUnknown, folded)
+	case unknown > 0:
+		return fmt.Errorf("%w: database has migration %d applied, which this build does not carry (it was migrated by a different build); "+
+			"use the build that migrated it, or recreate the database", ErrSchemaUnknown, unknown)
+	}
+	return nil
+}
+
 // SchemaVersion returns the database's applied migration version (0 when
 // never migrated).
 func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
@@ -94,6 +178,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (Migr
 	latest := LatestVersion()
 	if current > latest {
 		return MigrationResult{From: current, To: current}, fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade the bridge instead of migrating down", ErrSchemaNewer, current, latest)
+	}
+	if err := checkKnown(ctx, pool); err != nil {
+		return MigrationResult{From: current, To: current}, err
 	}
 	p, db, err := newProvider(pool, logger)
 	if err != nil {
@@ -125,6 +212,11 @@ func CheckCurrent(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	latest := LatestVersion()
+	if v <= latest {
+		if err := checkKnown(ctx, pool); err != nil {
+			return err
+		}
+	}
 	switch {
 	case v < latest:
 		return fmt.Errorf("database schema is at version %d, this binary needs %d: run `bridge migrate`", v, latest)

@@ -22,7 +22,8 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 // Defaults of the command's flags: about ten seconds of workload, which a
@@ -55,6 +56,10 @@ type Env struct {
 	// printing.
 	TracerProvider trace.TracerProvider
 	Exporting      bool
+	// TraceText, when set, returns the sample trace's waterfall as text
+	// (flushing the spans and reading them back from Jaeger's query API);
+	// the summary prints it under the trace id.
+	TraceText func(ctx context.Context, traceID string) (string, error)
 	// Topic is the run's topic (Topic(runID)), already created on Brokers.
 	Topic          string
 	RunID          string
@@ -181,7 +186,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo receiver: %w", err)
 	}
-	url := "http://" + ln.Addr().String() + "/webhooks"
+	url := "http://" + ln.Addr().String() + receiverPath
 	topic := env.Topic
 	sub, err := env.Subscriptions.Create(ctx, store.SubscriptionInput{
 		URL:         &url,
@@ -207,13 +212,14 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		if err := env.Subscriptions.Delete(cctx, sub.ID); err != nil {
 			log.Warn("demo subscription left behind", "subscription", sub.ID, "error", err)
 		}
-		for _, q := range []string{deleteRunOutboxSQL, deleteRunInboxSQL} {
-			if _, err := env.Pool.Exec(cctx, q, topic); err != nil {
-				log.Warn("demo rows left behind", "topic", topic, "error", err)
-			}
+		if err := outboxstore.DeleteTopic(cctx, env.Pool, topic); err != nil {
+			log.Warn("demo rows left behind", "topic", topic, "error", err)
+		}
+		if _, err := env.Pool.Exec(cctx, deleteRunInboxSQL, topic); err != nil {
+			log.Warn("demo rows left behind", "topic", topic, "error", err)
 		}
 	}()
-	rcv, err := NewReceiver(sub.Secret)
+	rcv, err := webhooktest.NewWithSecret(sub.Secret)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -287,8 +293,8 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		p := Progress{}
 		qctx, cancel := context.WithTimeout(rctx, database.QueryTimeout)
 		defer cancel()
-		var sent, failed, dead int64
-		if err := env.Pool.QueryRow(qctx, outboxCountsSQL, topic).Scan(&sent, &failed); err == nil {
+		var dead int64
+		if sent, failed, err := outboxstore.TopicCounts(qctx, env.Pool, topic); err == nil {
 			p.Relayed, p.Failed = int(sent), int(failed)
 		} else {
 			p.Relayed, p.Failed = last.Relayed, last.Failed
@@ -299,7 +305,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		} else {
 			p.Dead = last.Dead
 		}
-		p.Delivered = rcv.Stats().Delivered
+		p.Delivered = rcv.Stats().Accepted
 		p.Enqueued = int(pl.enqueued.Load())
 		p.Elapsed = time.Since(started)
 		p.Lag = max(0, p.Enqueued-p.Delivered-p.Failed-p.Dead)
@@ -382,12 +388,23 @@ loop:
 	disp.finish(final)
 	sum.Elapsed = time.Since(started)
 	fill(cctx, sum, final, pl, rcv, env)
+	if env.TraceText != nil && env.Exporting && sum.TraceID != "" {
+		if text, err := env.TraceText(cctx, sum.TraceID); err != nil {
+			sum.WaterfallError = err.Error()
+		} else {
+			sum.Waterfall = text
+		}
+	}
 	return sum, runErr
 }
 
+// receiverPath is where the demo's receiver listens; it names the one
+// subscription in the receiver's bookkeeping.
+const receiverPath = "/webhooks"
+
 // fill completes the summary from the last reading, the receiver and the
 // workload's commit times.
-func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiver, env Env) {
+func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *webhooktest.Receiver, env Env) {
 	st := rcv.Stats()
 	sum.Enqueued = int(pl.enqueued.Load())
 	sum.Transactions = int(pl.transactions.Load())
@@ -395,9 +412,10 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 	sum.Relayed = p.Relayed
 	sum.Failed = p.Failed
 	sum.Dead = p.Dead
-	sum.Delivered = st.Delivered
+	sum.Delivered = st.Accepted
 	sum.Duplicates = st.Duplicates
 	sum.OrderViolations = st.OrderViolations
+	sum.Overlaps = st.Overlaps
 	sum.SignatureFailures = st.SignatureFailures
 	sum.Malformed = st.Malformed
 	sum.Problems = st.Examples
@@ -405,12 +423,12 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 
 	var lat []time.Duration
 	for id, c := range pl.snapshot() {
-		a, ok := rcv.arrival(id)
+		a, ok := rcv.Arrival(receiverPath, id)
 		if !ok {
 			continue
 		}
-		lat = append(lat, max(0, a.at.Sub(c.at)))
-		if a.traceID != "" && a.traceID == c.traceID {
+		lat = append(lat, max(0, a.At.Sub(c.at)))
+		if a.TraceID != "" && a.TraceID == c.traceID {
 			sum.TracesContinued++
 		}
 	}
@@ -420,7 +438,7 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *Receiv
 	pl.mu.Unlock()
 
 	if sum.Failed > 0 {
-		if rows, err := relay.ListFailed(ctx, env.Pool, sum.Topic, 1, false, 0); err == nil && len(rows) > 0 {
+		if rows, err := outboxstore.ListFailed(ctx, env.Pool, sum.Topic, 1, false, 0); err == nil && len(rows) > 0 {
 			sum.FailedReason = rows[0].LastError
 		}
 	}

@@ -22,8 +22,8 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/relay"
 )
 
 func TestMain(m *testing.M) {
@@ -107,7 +107,7 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 	// --keep: the database agrees with the summary. The poison is the one
 	// FAILED row of the topic; the disabled subscription's deliveries are
 	// all delivered.
-	failed, err := relay.ListFailed(ctx, db.Pool, sum.Topic, 10, false, 0)
+	failed, err := outboxstore.ListFailed(ctx, db.Pool, sum.Topic, 10, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

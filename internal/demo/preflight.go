@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // ErrNotScratch is wrapped by Preflight's refusals.
@@ -30,9 +31,8 @@ var ErrNotScratch = errors.New("the demo's relay would take events that are not 
 func Preflight(ctx context.Context, pool *pgxpool.Pool, embedded bool) error {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	var n int64
-	var topic string
-	if err := pool.QueryRow(qctx, foreignNewRowsSQL).Scan(&n, &topic); err != nil {
+	n, topic, err := outboxstore.ForeignNewRows(qctx, pool, "demo.assets.")
+	if err != nil {
 		return fmt.Errorf("demo preflight: %w", err)
 	}
 	if n > 0 {

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// JaegerUI is where scripts/services-up.sh serves the Jaeger UI.
-const JaegerUI = "http://127.0.0.1:16686"
+// JaegerQuery is where scripts/services-up.sh serves Jaeger's query API (that
+// Jaeger, built from its Go module, has no UI; the demo draws the trace).
+const JaegerQuery = "http://127.0.0.1:16686"
 
 // Summary is what a run found. The JSON form is `bridge demo -o json`.
 type Summary struct {
@@ -50,7 +51,10 @@ type Summary struct {
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
 	LatencyMax time.Duration `json:"latency_max_ns"`
 
-	OrderViolations   int      `json:"order_violations"`
+	OrderViolations int `json:"order_violations"`
+	// Overlaps: requests of one asset's stream that arrived while another was
+	// still in flight (the bridge sends one at a time).
+	Overlaps          int      `json:"overlapping_requests"`
 	SignatureFailures int      `json:"signature_failures"`
 	Malformed         int      `json:"malformed"`
 	Problems          []string `json:"problems,omitempty"`
@@ -60,8 +64,12 @@ type Summary struct {
 	TracesContinued int `json:"traces_continued"`
 	// TraceID of the first publish-and-expire transaction: two events, one
 	// trace, from the enqueue to both webhook requests.
-	TraceID   string `json:"trace_id,omitempty"`
-	Exporting bool   `json:"exporting_traces"`
+	TraceID string `json:"trace_id,omitempty"`
+	// Waterfall is that trace drawn as text from Jaeger's query API
+	// (JAEGER_QUERY_URL); WaterfallError says why it is not there.
+	Waterfall      string `json:"waterfall,omitempty"`
+	WaterfallError string `json:"waterfall_error,omitempty"`
+	Exporting      bool   `json:"exporting_traces"`
 
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// Interrupted: stopped by its context (Ctrl-C) before the end.
@@ -77,6 +85,9 @@ func (s *Summary) Err() error {
 	var bad []string
 	if s.OrderViolations > 0 {
 		bad = append(bad, fmt.Sprintf("%d order violation(s)", s.OrderViolations))
+	}
+	if s.Overlaps > 0 {
+		bad = append(bad, fmt.Sprintf("%d overlapping request(s)", s.Overlaps))
 	}
 	if s.SignatureFailures > 0 {
 		bad = append(bad, fmt.Sprintf("%d signature failure(s)", s.SignatureFailures))
@@ -135,6 +146,9 @@ func (s *Summary) Print(w io.Writer) error {
 	}
 	row("latency commit→webhook", fmt.Sprintf("p50 %s  p95 %s  p99 %s", ms(s.LatencyP50), ms(s.LatencyP95), ms(s.LatencyP99)), fmt.Sprintf("max %s", ms(s.LatencyMax)))
 	row("order violations", fmt.Sprint(s.OrderViolations), verdict(s.OrderViolations))
+	if s.Overlaps > 0 {
+		row("overlapping requests", fmt.Sprint(s.Overlaps), verdict(s.Overlaps))
+	}
 	row("signature failures", fmt.Sprint(s.SignatureFailures), verdict(s.SignatureFailures))
 	if s.Malformed > 0 {
 		row("malformed requests", fmt.Sprint(s.Malformed), verdict(s.Malformed))
@@ -149,9 +163,16 @@ func (s *Summary) Print(w io.Writer) error {
 	b.WriteString("\n")
 	switch {
 	case s.TraceID != "" && s.Exporting:
-		fmt.Fprintf(&b, "A trace to open (a publish-and-expire transaction → relay → consume → both webhooks):\n  %s/trace/%s\n", JaegerUI, s.TraceID)
+		fmt.Fprintf(&b, "A trace (a publish-and-expire transaction → relay → consume → both webhooks): %s\n", s.TraceID)
+		switch {
+		case s.Waterfall != "":
+			b.WriteString(s.Waterfall)
+		case s.WaterfallError != "":
+			fmt.Fprintf(&b, "  (not drawn: %s)\n", s.WaterfallError)
+		}
+		fmt.Fprintf(&b, "  In the console: http://<HTTP_ADDR>/ui/trace/%s (bridge run with ADMIN_TOKEN and JAEGER_QUERY_URL).\n", s.TraceID)
 	case !s.Exporting:
-		b.WriteString("Traces: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (Jaeger from scripts/services-up.sh)\nto get a trace id to look up in " + JaegerUI + ".\n")
+		b.WriteString("Traces: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (Jaeger from scripts/services-up.sh)\nto get a sample trace drawn here from " + JaegerQuery + "'s query API.\n")
 	}
 	b.WriteString("Topic: " + s.Topic + " on " + s.Brokers)
 	if s.EmbeddedBroker {

@@ -305,3 +305,15 @@ func gaps(spans []Span, byID map[string]*Span) []Gap {
 }
 
 func webhookTarget(s Span) string { return strings.TrimPrefix(s.Name, "webhook POST") }
+
+// Complete reports whether the trace holds every stage of the pipeline (a
+// publish, a process and a webhook attempt): spans arrive in Jaeger from
+// three services at their own pace, and a reader waiting for the whole
+// picture polls until this holds.
+func (t *Trace) Complete() bool {
+	seen := map[string]bool{}
+	for _, s := range t.Spans {
+		seen[stage(s)] = true
+	}
+	return seen["publish"] && seen["process"] && seen["webhook"]
+}

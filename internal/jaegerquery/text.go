@@ -13,6 +13,9 @@ func (t *Trace) Text(width int) string {
 	if width < 20 {
 		width = 20
 	}
+	// One service (the demo's single process): the label needs no service.
+	withService := len(t.Services) > 1
+	label := func(s Span) string { return label(s, withService) }
 	nameW := 0
 	for _, s := range t.Spans {
 		nameW = max(nameW, 2*s.Depth+len(label(s)))
@@ -45,7 +48,7 @@ func (t *Trace) Text(width int) string {
 }
 
 // label is a span's name with its service, status and error mark.
-func label(s Span) string {
+func label(s Span, withService bool) string {
 	l := s.Name
 	if s.StatusCode != 0 {
 		l += fmt.Sprintf(" %d", s.StatusCode)
@@ -53,7 +56,10 @@ func label(s Span) string {
 	if s.Error {
 		l += " ✗"
 	}
-	return l + " [" + s.Service + "]"
+	if withService {
+		l += " [" + s.Service + "]"
+	}
+	return l
 }
 
 // Round shows a duration at a useful precision: µs below 1ms, 0.1ms below

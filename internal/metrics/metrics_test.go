@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/pgtest"
-	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -118,10 +118,10 @@ func TestGaugeCacheNoQueryStorm(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, time.Hour)
 	var reads atomic.Int64
-	unregister, err := m.observeOutbox(func(context.Context) (relay.Stats, error) {
+	unregister, err := m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
 		n := reads.Add(1)
 		time.Sleep(20 * time.Millisecond) // a slow query: concurrent scrapes pile up behind it
-		return relay.Stats{ByStatus: map[string]int64{"NEW": n}, OldestNewAgeSeconds: float64(n)}, nil
+		return outboxstore.Stats{ByStatus: map[string]int64{"NEW": n}, OldestNewAgeSeconds: float64(n)}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -188,8 +188,8 @@ func TestGaugeCacheRefreshAndStaleOnError(t *testing.T) {
 func TestRefreshErrorsCounted(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, time.Hour)
-	unregister, err := m.observeOutbox(func(context.Context) (relay.Stats, error) {
-		return relay.Stats{}, errors.New("database down")
+	unregister, err := m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
+		return outboxstore.Stats{}, errors.New("database down")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestRefreshErrorsCounted(t *testing.T) {
 	want(t, metricstest.Scrape(t, m.Handler()), "bridge_metrics_refresh_errors_total", map[string]string{"source": "outbox"}, 1)
 }
 
-// The outbox gauges read the real table through relay.ReadStats.
+// The outbox gauges read the real table through outboxstore.ReadStats.
 func TestOutboxGaugesFromDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -325,8 +325,8 @@ func TestDocumentedSeriesStartAtZero(t *testing.T) {
 	m.Deliveries()
 	for _, observe := range []func() (func() error, error){
 		func() (func() error, error) {
-			return m.observeOutbox(func(context.Context) (relay.Stats, error) {
-				return relay.Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}}, nil
+			return m.observeOutbox(func(context.Context) (outboxstore.Stats, error) {
+				return outboxstore.Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}}, nil
 			})
 		},
 		func() (func() error, error) { return m.ObserveDeliveries(db.Pool) },

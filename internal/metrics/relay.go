@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
 
@@ -108,13 +109,13 @@ func (r relayMetrics) Outage(active bool) {
 }
 
 // ObserveOutbox registers the outbox gauges (rows by status, the oldest NEW
-// row's age, FAILED rows by topic), read with relay.ReadStats at most once
+// row's age, FAILED rows by topic), read with outboxstore.ReadStats at most once
 // per refresh interval. The returned function unregisters them.
 func (m *Metrics) ObserveOutbox(pool *pgxpool.Pool) (func() error, error) {
-	return m.observeOutbox(func(ctx context.Context) (relay.Stats, error) { return relay.ReadStats(ctx, pool) })
+	return m.observeOutbox(func(ctx context.Context) (outboxstore.Stats, error) { return outboxstore.ReadStats(ctx, pool) })
 }
 
-func (m *Metrics) observeOutbox(read func(context.Context) (relay.Stats, error)) (func() error, error) {
+func (m *Metrics) observeOutbox(read func(context.Context) (outboxstore.Stats, error)) (func() error, error) {
 	rows, err1 := m.meter.Int64ObservableGauge("bridge.outbox.rows",
 		metric.WithDescription("Rows in bridge.outbox by status (NEW, SENT, FAILED); SENT rows are deleted after RELAY_RETENTION."),
 		metric.WithUnit("{row}"))

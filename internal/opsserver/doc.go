@@ -6,6 +6,7 @@
 //	              check otherwise (readiness: send me no traffic, page nobody)
 //	GET /metrics  Prometheus exposition (internal/metrics)
 //
-// Other handlers (the admin API) mount on the same mux with Handle, so one
-// port serves everything an operator or an orchestrator asks of a replica.
+// Other handlers (the admin API, the console under /ui/) mount on the same
+// mux with Handle, so one port serves everything an operator or an
+// orchestrator asks of a replica.
 package opsserver

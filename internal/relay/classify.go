@@ -63,3 +63,11 @@ func classify(err error) failureClass {
 	}
 	return retriable
 }
+func allRetriable(results []sendResult, idx []int) bool {
+	for _, i := range idx {
+		if classify(results[i].err) != retriable {
+			return false
+		}
+	}
+	return true
+}

@@ -16,7 +16,7 @@
 // Failures (docs/failure-modes.md §4). A failed send is classified: retriable errors
 // charge the row an attempt and schedule a retry with exponential backoff;
 // after MaxAttempts the row is parked as FAILED and the relay continues past
-// it (the seed's loop `break`-ed forever). Errors retrying cannot fix park at
+// it (a loop that stopped at it would pile up everything behind it). Errors retrying cannot fix park at
 // once — after re-sending the row alone when the broker rejects whole batches
 // (MESSAGE_TOO_LARGE), because its innocent neighbours see the same error. A
 // broker-wide outage charges nothing: when no record of a batch got through
@@ -29,5 +29,5 @@
 // plugin/kotel because kotel names the span "<topic> publish", cannot set the
 // dedup id as messaging.message.id, and injects through the global
 // propagator, which is a no-op when no SDK is configured — the stored
-// traceparent must travel even then (REFERENCE "OpenTelemetry traps").
+// traceparent must travel even then.
 package relay

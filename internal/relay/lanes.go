@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // LaneCount is the number of relay lanes (bridge.lane_count() in migration
@@ -59,7 +61,57 @@ func (k *laneKeeper) notify() {
 	}
 }
 
-func interval(d time.Duration) string { return fmt.Sprintf("%d milliseconds", d.Milliseconds()) }
+func interval(d time.Duration) string { return outboxstore.Interval(d) }
+
+// The statements over bridge.relay_lanes and bridge.relay_members (migration
+// 00002); the fence every outbox mark carries is bridge.relay_fence (00010).
+
+// heartbeatMemberSQL registers this replica (or extends its registration) so
+// the others count it when they compute their fair share of lanes.
+const heartbeatMemberSQL = `
+INSERT INTO bridge.relay_members (member_id, hostname, expires_at)
+VALUES ($1, $2, now() + $3::interval)
+ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at`
+
+const liveMembersSQL = `SELECT count(*) FROM bridge.relay_members WHERE expires_at > now()`
+
+const removeMemberSQL = `DELETE FROM bridge.relay_members WHERE member_id = $1`
+
+const pruneMembersSQL = `DELETE FROM bridge.relay_members WHERE expires_at < now() - interval '1 hour'`
+
+// renewLanesSQL extends the leases this replica still holds. A lease that
+// already expired is not renewed: another replica may have taken the lane, and
+// this replica must treat it as lost (it can re-acquire it as a free lane).
+const renewLanesSQL = `
+UPDATE bridge.relay_lanes SET expires_at = now() + $2::interval
+WHERE owner = $1 AND expires_at > now()
+RETURNING lane`
+
+// acquireLanesSQL takes up to $3 free or expired lanes. SKIP LOCKED: two
+// replicas acquiring at once take disjoint lanes instead of waiting on each
+// other. epoch counts changes of owner (visible to operators).
+const acquireLanesSQL = `
+UPDATE bridge.relay_lanes l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + $2::interval
+WHERE l.lane IN (
+  SELECT lane FROM bridge.relay_lanes
+  WHERE owner IS NULL OR expires_at <= now()
+  ORDER BY lane
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)
+RETURNING l.lane`
+
+// releaseLanesSQL gives lanes back (scale-out or graceful shutdown) so
+// another replica takes them at once instead of after the lease timeout.
+const releaseLanesSQL = `
+UPDATE bridge.relay_lanes SET owner = NULL, expires_at = '-infinity'
+WHERE owner = $1 AND lane = ANY($2::int[])`
+
+// Claim and mark -------------------------------------------------------------
+
+// claimSQL returns the next NEW rows of the lanes this replica holds, in seq
+// order. No row lock is needed: a lane has one owner, and only the owner's
+// single relay loop claims from it.
+//
 
 // tick renews, then rebalances toward this replica's fair share.
 func (k *laneKeeper) tick(ctx context.Context) error {

@@ -44,31 +44,33 @@ func TestPartitionerMatchesJavaMurmur2(t *testing.T) {
 	}
 }
 
-// Against the real broker: events for the vector keys, relayed to a topic
+// Against both backends: events for the vector keys, relayed to a topic
 // with 7 partitions, land on the partitions the Java formula gives.
-func TestRealBrokerPartitionsLikeJava(t *testing.T) {
+func TestBrokerPartitionsLikeJava(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	const partitions = 7
-	topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
-	var evs []outbox.Event
-	for _, v := range murmur2Vectors {
-		evs = append(evs, outbox.Event{Topic: topic, AssetID: v.key, EventType: "e", Payload: payload(v.key)})
-	}
-	b.enqueue(evs...)
-	b.startRelay(fastConfig())
-	recs := kafkatest.ConsumeAll(t, brokers, topic, len(evs), 30*time.Second)
-	if len(recs) != len(evs) {
-		t.Fatalf("got %d records, want %d", len(recs), len(evs))
-	}
-	want := map[string]int32{}
-	for _, v := range murmur2Vectors {
-		want[v.key] = javaPartition(v.java, partitions)
-	}
-	for _, r := range recs {
-		if w := want[string(r.Key)]; r.Partition != w {
-			t.Errorf("key %q on partition %d, Java puts it on %d", r.Key, r.Partition, w)
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		const partitions = 7
+		topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
+		var evs []outbox.Event
+		for _, v := range murmur2Vectors {
+			evs = append(evs, outbox.Event{Topic: topic, AssetID: v.key, EventType: "e", Payload: payload(v.key)})
 		}
-	}
+		b.enqueue(evs...)
+		b.startRelay(fastConfig())
+		recs := kafkatest.ConsumeAll(t, brokers, topic, len(evs), 30*time.Second)
+		if len(recs) != len(evs) {
+			t.Fatalf("got %d records, want %d", len(recs), len(evs))
+		}
+		want := map[string]int32{}
+		for _, v := range murmur2Vectors {
+			want[v.key] = javaPartition(v.java, partitions)
+		}
+		for _, r := range recs {
+			if w := want[string(r.Key)]; r.Partition != w {
+				t.Errorf("key %q on partition %d, Java puts it on %d", r.Key, r.Partition, w)
+			}
+		}
+	})
 }

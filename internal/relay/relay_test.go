@@ -19,114 +19,120 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
 // 1. "Publish this version and expire the old one" is one transaction with two
-// events for one asset; they must reach Kafka in enqueue order (the seed's
-// created_at tie).
+// events for one asset; they must reach Kafka in enqueue order (the created_at
+// tie, docs/failure-modes.md §9).
 func TestSameTransactionOrdering(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	topic := kafkatest.CreateTopic(t, brokers, 6, nil)
-	b.startRelay(fastConfig())
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 6, nil)
+		b.startRelay(fastConfig())
 
-	const txs = 1000
-	ctx := context.Background()
-	for i := range txs {
-		asset := fmt.Sprintf("asset-%d", i%20)
-		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-			if _, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.version_published", Payload: payload(map[string]int{"v": i + 1})}); err != nil {
+		const txs = 1000
+		ctx := context.Background()
+		for i := range txs {
+			asset := fmt.Sprintf("asset-%d", i%20)
+			err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+				if _, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.version_published", Payload: payload(map[string]int{"v": i + 1})}); err != nil {
+					return err
+				}
+				_, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.version_expired", Payload: payload(map[string]int{"v": i})})
 				return err
-			}
-			_, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.version_expired", Payload: payload(map[string]int{"v": i})})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.waitAllSent(2*txs, 2*time.Minute)
-	recs := kafkatest.ConsumeAll(t, brokers, topic, 2*txs, time.Minute)
-	perKey := checkKeyOrder(t, recs)
-	// Within each key, events alternate published, expired, published, ...
-	for _, r := range recs {
-		_ = r
-	}
-	for k, seqs := range perKey {
-		if len(seqs) != 2*txs/20 {
-			t.Fatalf("key %s: %d events, want %d", k, len(seqs), 2*txs/20)
-		}
-	}
-	types := map[string][]string{}
-	for _, r := range recs {
-		types[string(r.Key)] = append(types[string(r.Key)], header(r, "event-type"))
-	}
-	for k, ts := range types {
-		for i, typ := range ts {
-			want := "asset.version_published"
-			if i%2 == 1 {
-				want = "asset.version_expired"
-			}
-			if typ != want {
-				t.Fatalf("key %s position %d: %s, want %s", k, i, typ, want)
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 		}
-	}
+		b.waitAllSent(2*txs, 2*time.Minute)
+		recs := kafkatest.ConsumeAll(t, brokers, topic, 2*txs, time.Minute)
+		perKey := checkKeyOrder(t, recs)
+		// Within each key, events alternate published, expired, published, ...
+		for _, r := range recs {
+			_ = r
+		}
+		for k, seqs := range perKey {
+			if len(seqs) != 2*txs/20 {
+				t.Fatalf("key %s: %d events, want %d", k, len(seqs), 2*txs/20)
+			}
+		}
+		types := map[string][]string{}
+		for _, r := range recs {
+			types[string(r.Key)] = append(types[string(r.Key)], header(r, "event-type"))
+		}
+		for k, ts := range types {
+			for i, typ := range ts {
+				want := "asset.version_published"
+				if i%2 == 1 {
+					want = "asset.version_expired"
+				}
+				if typ != want {
+					t.Fatalf("key %s position %d: %s, want %s", k, i, typ, want)
+				}
+			}
+		}
+	})
 }
 
 // 2. Concurrent transactions on the same assets: Kafka order per key equals
 // asset_seq order with no gaps (enqueue serialises one asset's writers).
 func TestConcurrentTransactionsOneAsset(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	topic := kafkatest.CreateTopic(t, brokers, 3, nil)
-	b.startRelay(fastConfig())
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
+		b.startRelay(fastConfig())
 
-	const writers, perWriter, assets = 8, 500, 5
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range perWriter {
-				asset := fmt.Sprintf("hot-%d", (w+i)%assets)
-				err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-					_, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.touched", Payload: payload(map[string]int{"w": w, "i": i})})
-					return err
-				})
-				if err != nil {
-					errs <- err
-					return
+		const writers, perWriter, assets = 8, 500, 5
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perWriter {
+					asset := fmt.Sprintf("hot-%d", (w+i)%assets)
+					err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+						_, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: asset, EventType: "asset.touched", Payload: payload(map[string]int{"w": w, "i": i})})
+						return err
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
 				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	total := writers * perWriter
-	b.waitAllSent(total, 2*time.Minute)
-	recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
-	perKey := checkKeyOrder(t, recs)
-	n := 0
-	for _, s := range perKey {
-		n += len(s)
-	}
-	if n != total || len(perKey) != assets {
-		t.Fatalf("got %d distinct events over %d keys, want %d over %d", n, len(perKey), total, assets)
-	}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		total := writers * perWriter
+		b.waitAllSent(total, 2*time.Minute)
+		recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
+		perKey := checkKeyOrder(t, recs)
+		n := 0
+		for _, s := range perKey {
+			n += len(s)
+		}
+		if n != total || len(perKey) != assets {
+			t.Fatalf("got %d distinct events over %d keys, want %d over %d", n, len(perKey), total, assets)
+		}
+	})
 }
 
-// 3. The test the seed says nobody wrote: a row that can never be sent is
-// FAILED after exactly MaxAttempts attempts; other assets flow meanwhile; the
-// later rows of its own asset go out after it is parked.
+// 3. The test a relay without an attempts counter never has
+// (docs/failure-modes.md §10): a row that can never be sent is FAILED after
+// exactly MaxAttempts attempts; other assets flow meanwhile; the later rows of
+// its own asset go out after it is parked.
 func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
 	cluster := kafkatest.Fake(t)
@@ -240,34 +246,36 @@ func incompressible(n int) string {
 // a reason naming its size; its batch neighbours are SENT.
 func TestOversizedRecordParksImmediately(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	limit := "2000"
-	topic := kafkatest.CreateTopic(t, brokers, 1, map[string]*string{"max.message.bytes": &limit})
-	var events []outbox.Event
-	for i := range 10 {
-		events = append(events, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("n-%d", i), EventType: "small", Payload: payload(i)})
-	}
-	big := outbox.Event{Topic: topic, AssetID: "big", EventType: "huge", Payload: payload(incompressible(20000))}
-	events = append(events[:5], append([]outbox.Event{big}, events[5:]...)...)
-	events = append(events, outbox.Event{Topic: topic, AssetID: "big", EventType: "after-huge", Payload: payload("ok")})
-	ids := b.enqueue(events...) // one transaction: one claim batch
-	b.startRelay(fastConfig())
-	bigID, afterID := ids[5], ids[len(ids)-1]
-	waitFor(t, 30*time.Second, "oversized row FAILED and neighbours SENT", func() (bool, string) {
-		c := b.countStatus()
-		return c["FAILED"] == 1 && c["SENT"] == len(ids)-1, fmt.Sprint(c)
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		limit := "2000"
+		topic := kafkatest.CreateTopic(t, brokers, 1, map[string]*string{"max.message.bytes": &limit})
+		var events []outbox.Event
+		for i := range 10 {
+			events = append(events, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("n-%d", i), EventType: "small", Payload: payload(i)})
+		}
+		big := outbox.Event{Topic: topic, AssetID: "big", EventType: "huge", Payload: payload(incompressible(20000))}
+		events = append(events[:5], append([]outbox.Event{big}, events[5:]...)...)
+		events = append(events, outbox.Event{Topic: topic, AssetID: "big", EventType: "after-huge", Payload: payload("ok")})
+		ids := b.enqueue(events...) // one transaction: one claim batch
+		b.startRelay(fastConfig())
+		bigID, afterID := ids[5], ids[len(ids)-1]
+		waitFor(t, 30*time.Second, "oversized row FAILED and neighbours SENT", func() (bool, string) {
+			c := b.countStatus()
+			return c["FAILED"] == 1 && c["SENT"] == len(ids)-1, fmt.Sprint(c)
+		})
+		r := b.row(bigID)
+		if r.Status != "FAILED" || r.Attempts != 1 {
+			t.Fatalf("oversized row: %+v, want FAILED after 1 attempt", r)
+		}
+		if want := "record of "; !contains(r.LastError, want) || !contains(r.LastError, "MESSAGE_TOO_LARGE") {
+			t.Fatalf("reason %q should name the size and MESSAGE_TOO_LARGE", r.LastError)
+		}
+		if a := b.row(afterID); a.Attempts != 0 {
+			t.Fatalf("row after the oversized one was charged: %+v", a)
+		}
 	})
-	r := b.row(bigID)
-	if r.Status != "FAILED" || r.Attempts != 1 {
-		t.Fatalf("oversized row: %+v, want FAILED after 1 attempt", r)
-	}
-	if want := "record of "; !contains(r.LastError, want) || !contains(r.LastError, "MESSAGE_TOO_LARGE") {
-		t.Fatalf("reason %q should name the size and MESSAGE_TOO_LARGE", r.LastError)
-	}
-	if a := b.row(afterID); a.Attempts != 0 {
-		t.Fatalf("row after the oversized one was charged: %+v", a)
-	}
 }
 
 func contains(s, sub string) bool {
@@ -286,21 +294,24 @@ func indexOf(s, sub string) int {
 // A payload over RELAY_MAX_MESSAGE_BYTES is parked without being sent.
 func TestPayloadOverMaxMessageBytesParked(t *testing.T) {
 	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
-	cfg := fastConfig()
-	cfg.MaxMessageBytes = 100
-	ids := b.enqueue(
-		outbox.Event{Topic: "t", AssetID: "a", EventType: "big", Payload: payload(incompressible(500))},
-		outbox.Event{Topic: "t", AssetID: "a", EventType: "small", Payload: payload(1)})
-	b.startRelay(cfg)
-	waitFor(t, 10*time.Second, "parked and sent", func() (bool, string) {
-		c := b.countStatus()
-		return c["FAILED"] == 1 && c["SENT"] == 1, fmt.Sprint(c)
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+		cfg := fastConfig()
+		cfg.MaxMessageBytes = 100
+		ids := b.enqueue(
+			outbox.Event{Topic: topic, AssetID: "a", EventType: "big", Payload: payload(incompressible(500))},
+			outbox.Event{Topic: topic, AssetID: "a", EventType: "small", Payload: payload(1)})
+		b.startRelay(cfg)
+		waitFor(t, 10*time.Second, "parked and sent", func() (bool, string) {
+			c := b.countStatus()
+			return c["FAILED"] == 1 && c["SENT"] == 1, fmt.Sprint(c)
+		})
+		if r := b.row(ids[0]); r.Status != "FAILED" || !contains(r.LastError, "RELAY_MAX_MESSAGE_BYTES") {
+			t.Fatalf("big row: %+v", r)
+		}
 	})
-	if r := b.row(ids[0]); r.Status != "FAILED" || !contains(r.LastError, "RELAY_MAX_MESSAGE_BYTES") {
-		t.Fatalf("big row: %+v", r)
-	}
 }
 
 // 6. A broker outage under load: zero rows FAILED, zero attempts charged, all
@@ -376,63 +387,67 @@ func TestBrokerOutageChargesNothing(t *testing.T) {
 // dedup-id, never lost.
 func TestCrashBetweenProduceAndMark(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
-	ids := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "e", Payload: payload(1)})
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+		ids := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "e", Payload: payload(1)})
 
-	cfg := fastConfig()
-	cfg.LeaseTimeout = time.Second
-	var crashed atomic.Bool
-	first := b.startRelayWithHook(cfg, func() bool { crashed.Store(true); return true })
-	waitFor(t, 20*time.Second, "first relay to crash after producing", func() (bool, string) { return crashed.Load(), "" })
-	first.crash()
-	if r := b.row(ids[0]); r.Status != "NEW" {
-		t.Fatalf("row marked %s by a relay that crashed before marking", r.Status)
-	}
-	b.startRelay(cfg) // takes the lanes over once the dead lease expires
-	b.waitAllSent(1, 20*time.Second)
-	recs := kafkatest.ConsumeAll(t, brokers, topic, 2, 20*time.Second)
-	if len(recs) != 2 {
-		t.Fatalf("got %d records, want the row twice", len(recs))
-	}
-	for _, r := range recs {
-		if header(r, "dedup-id") != ids[0].String() {
-			t.Fatalf("copy with dedup-id %q, want %s", header(r, "dedup-id"), ids[0])
+		cfg := fastConfig()
+		cfg.LeaseTimeout = time.Second
+		var crashed atomic.Bool
+		first := b.startRelayWithHook(cfg, func() bool { crashed.Store(true); return true })
+		waitFor(t, 20*time.Second, "first relay to crash after producing", func() (bool, string) { return crashed.Load(), "" })
+		first.crash()
+		if r := b.row(ids[0]); r.Status != "NEW" {
+			t.Fatalf("row marked %s by a relay that crashed before marking", r.Status)
 		}
-	}
+		b.startRelay(cfg) // takes the lanes over once the dead lease expires
+		b.waitAllSent(1, 20*time.Second)
+		recs := kafkatest.ConsumeAll(t, brokers, topic, 2, 20*time.Second)
+		if len(recs) != 2 {
+			t.Fatalf("got %d records, want the row twice", len(recs))
+		}
+		for _, r := range recs {
+			if header(r, "dedup-id") != ids[0].String() {
+				t.Fatalf("copy with dedup-id %q, want %s", header(r, "dedup-id"), ids[0])
+			}
+		}
+	})
 }
 
 // 8. A rolled-back transaction is never produced.
 func TestRolledBackNeverProduced(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
-	b.startRelay(fastConfig())
-	ctx := context.Background()
-	tx, err := b.db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rolledBack, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: "x", EventType: "never", Payload: payload(1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Hold the transaction open across a relay poll, then roll back.
-	time.Sleep(300 * time.Millisecond)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	marker := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "marker", Payload: payload(2)})[0]
-	recs := kafkatest.ConsumeAll(t, brokers, topic, 1, 20*time.Second)
-	if len(recs) != 1 || header(recs[0], "dedup-id") != marker.String() {
-		t.Fatalf("records: %d; first dedup-id %q; want only the marker", len(recs), header(recs[0], "dedup-id"))
-	}
-	if header(recs[0], "asset-seq") != "1" {
-		t.Fatalf("marker asset-seq %q: the rolled-back event left a gap", header(recs[0], "asset-seq"))
-	}
-	_ = rolledBack
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+		b.startRelay(fastConfig())
+		ctx := context.Background()
+		tx, err := b.db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rolledBack, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: topic, AssetID: "x", EventType: "never", Payload: payload(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hold the transaction open across a relay poll, then roll back.
+		time.Sleep(300 * time.Millisecond)
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		marker := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "marker", Payload: payload(2)})[0]
+		recs := kafkatest.ConsumeAll(t, brokers, topic, 1, 20*time.Second)
+		if len(recs) != 1 || header(recs[0], "dedup-id") != marker.String() {
+			t.Fatalf("records: %d; first dedup-id %q; want only the marker", len(recs), header(recs[0], "dedup-id"))
+		}
+		if header(recs[0], "asset-seq") != "1" {
+			t.Fatalf("marker asset-seq %q: the rolled-back event left a gap", header(recs[0], "asset-seq"))
+		}
+		_ = rolledBack
+	})
 }
 
 // 9. Two and three replicas on one database, one killed mid-run: per-key
@@ -442,90 +457,92 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 	for _, replicas := range []int{2, 3} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			t.Parallel()
-			brokers := kafkatest.RealBrokers(t)
-			b := setup(t, brokers)
-			topic := kafkatest.CreateTopic(t, brokers, 6, nil)
-			cfg := fastConfig()
-			cfg.BatchSize = 50
-			var rs []*runningRelay
-			for range replicas {
-				rs = append(rs, b.startRelay(cfg))
-			}
-			waitFor(t, 20*time.Second, "lanes spread over replicas", func() (bool, string) {
-				total, each := 0, []int{}
-				for _, r := range rs {
-					n := len(r.relay.OwnedLanes())
-					total += n
-					each = append(each, n)
+			kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+				brokers := be.Brokers(t)
+				b := setup(t, brokers)
+				topic := kafkatest.CreateTopic(t, brokers, 6, nil)
+				cfg := fastConfig()
+				cfg.BatchSize = 50
+				var rs []*runningRelay
+				for range replicas {
+					rs = append(rs, b.startRelay(cfg))
 				}
-				for _, n := range each {
-					if n == 0 {
-						return false, fmt.Sprint(each)
+				waitFor(t, 20*time.Second, "lanes spread over replicas", func() (bool, string) {
+					total, each := 0, []int{}
+					for _, r := range rs {
+						n := len(r.relay.OwnedLanes())
+						total += n
+						each = append(each, n)
 					}
+					for _, n := range each {
+						if n == 0 {
+							return false, fmt.Sprint(each)
+						}
+					}
+					return total == LaneCount, fmt.Sprint(each)
+				})
+				const assets, perAsset = 100, 30
+				enqueueRound := func(round int) {
+					var evs []outbox.Event
+					for a := range assets {
+						evs = append(evs, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("asset-%d", a), EventType: "e", Payload: payload(round)})
+					}
+					b.enqueue(evs...)
 				}
-				return total == LaneCount, fmt.Sprint(each)
+				for round := range perAsset / 2 {
+					enqueueRound(round)
+				}
+				victim := rs[0]
+				victimLanes := victim.relay.OwnedLanes()
+				victim.crash()
+				killedAt := time.Now()
+				for round := perAsset / 2; round < perAsset; round++ {
+					enqueueRound(round)
+				}
+				total := assets * perAsset
+				b.waitAllSent(total, 60*time.Second)
+				// When did the survivors hold every lane the victim had?
+				var takenOver time.Duration
+				waitFor(t, 10*time.Second, "victim's lanes owned by survivors", func() (bool, string) {
+					owned := map[int]bool{}
+					for _, r := range rs[1:] {
+						for _, l := range r.relay.OwnedLanes() {
+							owned[l] = true
+						}
+					}
+					for _, l := range victimLanes {
+						if !owned[l] {
+							return false, fmt.Sprintf("lane %d not yet taken", l)
+						}
+					}
+					takenOver = time.Since(killedAt)
+					return true, ""
+				})
+				var lastSent time.Time
+				if err := b.db.Pool.QueryRow(context.Background(), `SELECT max(sent_at) FROM bridge.outbox WHERE lane = ANY($1)`, victimLanes).Scan(&lastSent); err != nil {
+					t.Fatal(err)
+				}
+				limit := cfg.LeaseTimeout + cfg.LeaseTimeout/5 + time.Second
+				if d := lastSent.Sub(killedAt); d > limit+5*time.Second {
+					t.Fatalf("victim's rows drained %s after the kill, limit ~%s", d, limit)
+				}
+				t.Logf("victim's lanes owned by survivors within %s of the kill", takenOver.Round(time.Millisecond))
+				recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
+				if os.Getenv("RELAY_TEST_LOG") != "" {
+					rows, _ := b.db.Pool.Query(context.Background(), `SELECT asset_id, seq, asset_seq, lane, sent_at, kafka_offset FROM bridge.outbox WHERE asset_id IN ('asset-59','asset-79') ORDER BY asset_id, asset_seq`)
+					for rows.Next() {
+						var a string
+						var seq, aseq, off int64
+						var lane int
+						var sent time.Time
+						_ = rows.Scan(&a, &seq, &aseq, &lane, &sent, &off)
+						t.Logf("%s seq=%d aseq=%d lane=%d sent=%s off=%d", a, seq, aseq, lane, sent.Format("15:04:05.000"), off)
+					}
+					rows.Close()
+					t.Logf("killed at %s", killedAt.Format("15:04:05.000"))
+				}
+				checkKeyOrder(t, recs)
 			})
-			const assets, perAsset = 100, 30
-			enqueueRound := func(round int) {
-				var evs []outbox.Event
-				for a := range assets {
-					evs = append(evs, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("asset-%d", a), EventType: "e", Payload: payload(round)})
-				}
-				b.enqueue(evs...)
-			}
-			for round := range perAsset / 2 {
-				enqueueRound(round)
-			}
-			victim := rs[0]
-			victimLanes := victim.relay.OwnedLanes()
-			victim.crash()
-			killedAt := time.Now()
-			for round := perAsset / 2; round < perAsset; round++ {
-				enqueueRound(round)
-			}
-			total := assets * perAsset
-			b.waitAllSent(total, 60*time.Second)
-			// When did the survivors hold every lane the victim had?
-			var takenOver time.Duration
-			waitFor(t, 10*time.Second, "victim's lanes owned by survivors", func() (bool, string) {
-				owned := map[int]bool{}
-				for _, r := range rs[1:] {
-					for _, l := range r.relay.OwnedLanes() {
-						owned[l] = true
-					}
-				}
-				for _, l := range victimLanes {
-					if !owned[l] {
-						return false, fmt.Sprintf("lane %d not yet taken", l)
-					}
-				}
-				takenOver = time.Since(killedAt)
-				return true, ""
-			})
-			var lastSent time.Time
-			if err := b.db.Pool.QueryRow(context.Background(), `SELECT max(sent_at) FROM bridge.outbox WHERE lane = ANY($1)`, victimLanes).Scan(&lastSent); err != nil {
-				t.Fatal(err)
-			}
-			limit := cfg.LeaseTimeout + cfg.LeaseTimeout/5 + time.Second
-			if d := lastSent.Sub(killedAt); d > limit+5*time.Second {
-				t.Fatalf("victim's rows drained %s after the kill, limit ~%s", d, limit)
-			}
-			t.Logf("victim's lanes owned by survivors within %s of the kill", takenOver.Round(time.Millisecond))
-			recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
-			if os.Getenv("RELAY_TEST_LOG") != "" {
-				rows, _ := b.db.Pool.Query(context.Background(), `SELECT asset_id, seq, asset_seq, lane, sent_at, kafka_offset FROM bridge.outbox WHERE asset_id IN ('asset-59','asset-79') ORDER BY asset_id, asset_seq`)
-				for rows.Next() {
-					var a string
-					var seq, aseq, off int64
-					var lane int
-					var sent time.Time
-					_ = rows.Scan(&a, &seq, &aseq, &lane, &sent, &off)
-					t.Logf("%s seq=%d aseq=%d lane=%d sent=%s off=%d", a, seq, aseq, lane, sent.Format("15:04:05.000"), off)
-				}
-				rows.Close()
-				t.Logf("killed at %s", killedAt.Format("15:04:05.000"))
-			}
-			checkKeyOrder(t, recs)
 		})
 	}
 }
@@ -551,9 +568,9 @@ func TestReplayFailedRow(t *testing.T) {
 		t.Fatalf("authorization refusal should park at once with its reason: %+v", r)
 	}
 	h.Remove()
-	n, err := ReplayIDs(context.Background(), b.db.Pool, []uuid.UUID{id})
-	if err != nil || n != 1 {
-		t.Fatalf("replay: n=%d err=%v", n, err)
+	replayed, _, err := outboxstore.ReplayIDs(context.Background(), b.db.Pool, []uuid.UUID{id})
+	if err != nil || len(replayed) != 1 {
+		t.Fatalf("replay: %v err=%v", replayed, err)
 	}
 	waitFor(t, 20*time.Second, "replayed row SENT", func() (bool, string) {
 		r := b.row(id)
@@ -569,96 +586,104 @@ func TestReplayFailedRow(t *testing.T) {
 // on one partition.
 func TestNullAssetStreamOrdered(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	b := setup(t, brokers)
-	topic := kafkatest.CreateTopic(t, brokers, 4, nil)
-	b.startRelay(fastConfig())
-	const writers, each = 4, 50
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				b.enqueue(outbox.Event{Topic: topic, EventType: "system.tick", Payload: payload(w*1000 + i)})
-			}
-		}()
-	}
-	wg.Wait()
-	b.waitAllSent(writers*each, time.Minute)
-	recs := kafkatest.ConsumeAll(t, brokers, topic, writers*each, 30*time.Second)
-	for _, r := range recs {
-		if r.Key == nil || len(r.Key) != 0 {
-			t.Fatalf("null-asset record key = %v, want empty non-nil", r.Key)
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 4, nil)
+		b.startRelay(fastConfig())
+		const writers, each = 4, 50
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					b.enqueue(outbox.Event{Topic: topic, EventType: "system.tick", Payload: payload(w*1000 + i)})
+				}
+			}()
 		}
-	}
-	if parts := byPartition(recs); len(parts) != 1 {
-		t.Fatalf("null-asset stream spread over %d partitions", len(parts))
-	}
-	checkKeyOrder(t, recs)
+		wg.Wait()
+		b.waitAllSent(writers*each, time.Minute)
+		recs := kafkatest.ConsumeAll(t, brokers, topic, writers*each, 30*time.Second)
+		for _, r := range recs {
+			if r.Key == nil || len(r.Key) != 0 {
+				t.Fatalf("null-asset record key = %v, want empty non-nil", r.Key)
+			}
+		}
+		if parts := byPartition(recs); len(parts) != 1 {
+			t.Fatalf("null-asset stream spread over %d partitions", len(parts))
+		}
+		checkKeyOrder(t, recs)
+	})
 }
 
 // The record carries the contract's headers and value.
 func TestRecordShape(t *testing.T) {
 	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
-	ctx := context.Background()
-	var id uuid.UUID
-	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-		var err error
-		_, err = tx.Exec(ctx, `SELECT 1`)
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+		ctx := context.Background()
+		var id uuid.UUID
+		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			var err error
+			_, err = tx.Exec(ctx, `SELECT 1`)
+			if err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT bridge.enqueue($1, 'asset-1', 'asset.created', '{"a":1}', '{"x-tenant":"t1","dedup-id":"spoof"}', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')`, topic).Scan(&id)
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		return tx.QueryRow(ctx, `SELECT bridge.enqueue('shape', 'asset-1', 'asset.created', '{"a":1}', '{"x-tenant":"t1","dedup-id":"spoof"}', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')`).Scan(&id)
+		b.startRelay(fastConfig())
+		recs := kafkatest.ConsumeAll(t, brokers, topic, 1, 20*time.Second)
+		if len(recs) != 1 {
+			t.Fatalf("got %d records", len(recs))
+		}
+		r := recs[0]
+		want := map[string]string{
+			"dedup-id":     id.String(),
+			"trace-id":     "0af7651916cd43dd8448eb211c80319c",
+			"event-type":   "asset.created",
+			"asset-seq":    "1",
+			"content-type": "application/json",
+			"x-tenant":     "t1",
+		}
+		for k, v := range want {
+			if got := header(r, k); got != v {
+				t.Errorf("header %s = %q, want %q", k, got, v)
+			}
+		}
+		if tp := header(r, "traceparent"); len(tp) != 55 || tp[3:35] != "0af7651916cd43dd8448eb211c80319c" {
+			t.Errorf("traceparent %q does not continue the stored trace", tp)
+		}
+		n := 0
+		for _, h := range r.Headers {
+			if h.Key == "dedup-id" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d dedup-id headers: a row header must not shadow the bridge's", n)
+		}
+		if string(r.Key) != "asset-1" || string(r.Value) != `{"a": 1}` {
+			t.Errorf("key %q value %q", r.Key, r.Value)
+		}
+		// The record can be read back before its ack is marked (the mark is
+		// written while the next batch is claimed): wait for the mark.
+		b.waitAllSent(1, 20*time.Second)
+		row := b.row(id)
+		var part int32
+		var off int64
+		if err := b.db.Pool.QueryRow(ctx, `SELECT kafka_partition, kafka_offset FROM bridge.outbox WHERE id = $1`, id).Scan(&part, &off); err != nil {
+			t.Fatal(err)
+		}
+		if part != r.Partition || off != r.Offset || row.Status != "SENT" {
+			t.Errorf("row records partition %d offset %d, Kafka has %d/%d", part, off, r.Partition, r.Offset)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.startRelay(fastConfig())
-	recs := kafkatest.ConsumeAll(t, cluster.ListenAddrs(), "shape", 1, 20*time.Second)
-	if len(recs) != 1 {
-		t.Fatalf("got %d records", len(recs))
-	}
-	r := recs[0]
-	want := map[string]string{
-		"dedup-id":     id.String(),
-		"trace-id":     "0af7651916cd43dd8448eb211c80319c",
-		"event-type":   "asset.created",
-		"asset-seq":    "1",
-		"content-type": "application/json",
-		"x-tenant":     "t1",
-	}
-	for k, v := range want {
-		if got := header(r, k); got != v {
-			t.Errorf("header %s = %q, want %q", k, got, v)
-		}
-	}
-	if tp := header(r, "traceparent"); len(tp) != 55 || tp[3:35] != "0af7651916cd43dd8448eb211c80319c" {
-		t.Errorf("traceparent %q does not continue the stored trace", tp)
-	}
-	n := 0
-	for _, h := range r.Headers {
-		if h.Key == "dedup-id" {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d dedup-id headers: a row header must not shadow the bridge's", n)
-	}
-	if string(r.Key) != "asset-1" || string(r.Value) != `{"a": 1}` {
-		t.Errorf("key %q value %q", r.Key, r.Value)
-	}
-	row := b.row(id)
-	var part int32
-	var off int64
-	if err := b.db.Pool.QueryRow(ctx, `SELECT kafka_partition, kafka_offset FROM bridge.outbox WHERE id = $1`, id).Scan(&part, &off); err != nil {
-		t.Fatal(err)
-	}
-	if part != r.Partition || off != r.Offset || row.Status != "SENT" {
-		t.Errorf("row records partition %d offset %d, Kafka has %d/%d", part, off, r.Partition, r.Offset)
-	}
 }
 
 var _ = kgo.Record{}
@@ -680,41 +705,44 @@ func (o outageCounter) Outage(active bool) {
 // restart produces nothing twice.
 func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
-	const total = 40000
-	var evs []outbox.Event
-	for i := range total {
-		evs = append(evs, outbox.Event{Topic: "drain", AssetID: fmt.Sprintf("a-%d", i%50), EventType: "e", Payload: payload(i)})
-	}
-	b.enqueue(evs...)
-	cfg := fastConfig()
-	cfg.BatchSize = 200
-	rr := b.startRelay(cfg)
-	waitFor(t, 30*time.Second, "drain under way", func() (bool, string) {
+	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+		brokers := be.Brokers(t)
+		b := setup(t, brokers)
+		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
+		const total = 40000
+		var evs []outbox.Event
+		for i := range total {
+			evs = append(evs, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("a-%d", i%50), EventType: "e", Payload: payload(i)})
+		}
+		b.enqueue(evs...)
+		cfg := fastConfig()
+		cfg.BatchSize = 200
+		rr := b.startRelay(cfg)
+		waitFor(t, 30*time.Second, "drain under way", func() (bool, string) {
+			c := b.countStatus()
+			return c["SENT"] > 1000, fmt.Sprint(c)
+		})
+		if err := rr.stop(); err != nil {
+			t.Fatalf("Run after SIGTERM-equivalent = %v, want nil", err)
+		}
 		c := b.countStatus()
-		return c["SENT"] > 1000, fmt.Sprint(c)
+		if c["SENT"] == total {
+			t.Fatalf("the relay drained all %d rows before the stop arrived; the test needs a backlog left over", total)
+		}
+		var lanesHeld int
+		if err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM bridge.relay_lanes WHERE owner IS NOT NULL`).Scan(&lanesHeld); err != nil {
+			t.Fatal(err)
+		}
+		if lanesHeld != 0 {
+			t.Fatalf("%d lanes still held after a graceful stop", lanesHeld)
+		}
+		recs := kafkatest.ConsumeAll(t, brokers, topic, c["SENT"], 20*time.Second)
+		// Give any unmarked extra a moment to show up, then compare exactly.
+		extra := kafkatest.ConsumeAll(t, brokers, topic, c["SENT"]+1, 2*time.Second)
+		if len(recs) != c["SENT"] || len(extra) != c["SENT"] {
+			t.Fatalf("Kafka holds %d (then %d) records, %d rows SENT: produced rows were left unmarked", len(recs), len(extra), c["SENT"])
+		}
 	})
-	if err := rr.stop(); err != nil {
-		t.Fatalf("Run after SIGTERM-equivalent = %v, want nil", err)
-	}
-	c := b.countStatus()
-	if c["SENT"] == total {
-		t.Fatalf("the relay drained all %d rows before the stop arrived; the test needs a backlog left over", total)
-	}
-	var lanesHeld int
-	if err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM bridge.relay_lanes WHERE owner IS NOT NULL`).Scan(&lanesHeld); err != nil {
-		t.Fatal(err)
-	}
-	if lanesHeld != 0 {
-		t.Fatalf("%d lanes still held after a graceful stop", lanesHeld)
-	}
-	recs := kafkatest.ConsumeAll(t, cluster.ListenAddrs(), "drain", c["SENT"], 20*time.Second)
-	// Give any unmarked extra a moment to show up, then compare exactly.
-	extra := kafkatest.ConsumeAll(t, cluster.ListenAddrs(), "drain", c["SENT"]+1, 2*time.Second)
-	if len(recs) != c["SENT"] || len(extra) != c["SENT"] {
-		t.Fatalf("Kafka holds %d (then %d) records, %d rows SENT: produced rows were left unmarked", len(recs), len(extra), c["SENT"])
-	}
 }
 
 // Retention deletes SENT rows older than RELAY_RETENTION, in bounded batches,

@@ -13,10 +13,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/e2e"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
-	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // recorded is a tracer provider whose ended spans are kept in memory.
@@ -140,36 +142,36 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Shutdown(context.Background()) //nolint:errcheck
-	p := newPipeline(t, pipelineConfig{brokers: brokers, topic: topic,
-		relayTP: relayR.tp, consumerTP: consumerR.tp, deliverTP: deliverR.tp, metrics: m})
-	p.startConsumerAndDeliverer()
-	p.startRelay(1000)
+	p := e2e.New(t, e2e.Config{Brokers: brokers, Topic: topic,
+		RelayTP: relayR.tp, ConsumerTP: consumerR.tp, DeliverTP: deliverR.tp, Metrics: m})
+	p.StartConsumerAndDeliverer()
+	p.StartRelay(1000)
 
 	// The application: one request (span) per event.
 	appTracer := app.tp.Tracer("app")
 	enqueueUnder := func(name, asset, payload string) (string, trace.SpanContext) {
 		ctx, span := appTracer.Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
-		return p.enqueue(ctx, asset, payload), span.SpanContext()
+		return p.Enqueue(ctx, asset, payload), span.SpanContext()
 	}
 	okID, okApp := enqueueUnder("PUT /assets/a1", "a1", `{"title":"ok"}`)
 	failID := ""
 	{
 		// The receiver must fail this one before it can arrive.
 		ctx, span := appTracer.Start(context.Background(), "PUT /assets/a2", trace.WithSpanKind(trace.SpanKindServer))
-		id := p.enqueue(ctx, "a2", `{"title":"breaks the handler"}`)
+		id := p.Enqueue(ctx, "a2", `{"title":"breaks the handler"}`)
 		span.End()
 		failID = id
-		p.recv.failFor(id)
+		p.Recv.FailFor(id)
 		defer func(sc trace.SpanContext) { checkFailed(t, p, deliverR, consumerR, failID, sc) }(span.SpanContext())
 	}
 	bigID, bigApp := enqueueUnder("PUT /assets/a3", "a3", `{"blob":"`+strings.Repeat("x", 1500)+`"}`)
 
-	waitFor(t, 30*time.Second, func() string {
-		if len(p.recv.traceparents(okID)) == 0 || len(p.recv.traceparents(failID)) == 0 {
+	testkit.Eventually(t, 30*time.Second, func() string {
+		if len(p.Recv.Traceparents(okID)) == 0 || len(p.Recv.Traceparents(failID)) == 0 {
 			return "receiver has not got both deliverable events yet"
 		}
-		if st := p.outboxStatus(bigID); st != "FAILED" {
+		if st := p.OutboxStatus(bigID); st != "FAILED" {
 			return "oversized row is " + st + ", want FAILED"
 		}
 		return ""
@@ -201,7 +203,7 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	if client.Status().Code == codes.Error {
 		t.Errorf("delivered attempt's span has error status %q", client.Status().Description)
 	}
-	tps := p.recv.traceparents(okID)
+	tps := p.Recv.Traceparents(okID)
 	traceID, parentID := parseTraceparent(t, tps[0])
 	if traceID != okApp.TraceID().String() || parentID != client.SpanContext().SpanID().String() {
 		t.Errorf("receiver got traceparent %s, want trace %s from client span %s", tps[0], okApp.TraceID(), client.SpanContext().SpanID())
@@ -214,21 +216,21 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	if park.Status().Code != codes.Error || len(park.Events()) == 0 || park.Events()[0].Name != "outbox.parked" {
 		t.Errorf("park span: status %v, events %v; want error status and an outbox.parked event", park.Status(), park.Events())
 	}
-	if line, ok := p.relayLog.lineWith("parked as FAILED", "dedup_id="+bigID); !ok {
-		t.Errorf("no relay log line about parking %s:\n%s", bigID, p.relayLog)
+	if line, ok := p.RelayLog.LineWith("parked as FAILED", "dedup_id="+bigID); !ok {
+		t.Errorf("no relay log line about parking %s:\n%s", bigID, p.RelayLog)
 	} else if !strings.Contains(line, "trace_id="+bigApp.TraceID().String()) {
 		t.Errorf("parking log line lacks the event's trace id %s: %s", bigApp.TraceID(), line)
 	}
 
 	// The operator raises the limit and replays the row: the replayed send
 	// continues the original trace.
-	p.stopRelay()
-	p.startRelay(0)
-	if n, err := relay.ReplayIDs(context.Background(), p.db.Pool, uuids(t, bigID)); err != nil || n != 1 {
-		t.Fatalf("ReplayIDs = %d, %v", n, err)
+	p.StopRelay()
+	p.StartRelay(0)
+	if replayed, _, err := outboxstore.ReplayIDs(context.Background(), p.DB.Pool, uuids(t, bigID)); err != nil || len(replayed) != 1 {
+		t.Fatalf("ReplayIDs = %v, %v", replayed, err)
 	}
-	waitFor(t, 30*time.Second, func() string {
-		if len(p.recv.traceparents(bigID)) == 0 {
+	testkit.Eventually(t, 30*time.Second, func() string {
+		if len(p.Recv.Traceparents(bigID)) == 0 {
 			return "replayed event not delivered yet"
 		}
 		return ""
@@ -239,13 +241,13 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	rproc := findSpan(t, consumerR, "process "+topic, "messaging.message.id", bigID)
 	wantParent(t, "replayed process ← publish", rproc, rpub.SpanContext())
 	rclient := childOf(t, deliverR, rproc.SpanContext(), trace.SpanKindClient)
-	if got, _ := parseTraceparent(t, p.recv.traceparents(bigID)[0]); got != bigApp.TraceID().String() || rclient.SpanContext().TraceID() != bigApp.TraceID() {
+	if got, _ := parseTraceparent(t, p.Recv.Traceparents(bigID)[0]); got != bigApp.TraceID().String() || rclient.SpanContext().TraceID() != bigApp.TraceID() {
 		t.Errorf("replayed delivery left the original trace %s (receiver got %s)", bigApp.TraceID(), got)
 	}
 
 	// The same small run, as /metrics tells it: 3 events in, 1 parked and
 	// replayed, 2 webhooks delivered, 1 dead after a 500.
-	waitFor(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		f := metricstest.Scrape(t, m.Handler())
 		v := func(name string, labels map[string]string) float64 { x, _ := f.Value(name, labels); return x }
 		got := map[string]float64{
@@ -260,7 +262,7 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 			"durations":         v("bridge_delivery_attempt_duration_seconds", map[string]string{"outcome": "delivered"}),
 			"delivered":         v("bridge_deliveries", map[string]string{"status": "delivered"}),
 			"dead":              v("bridge_deliveries", map[string]string{"status": "dead"}),
-			"oldest open age":   v("bridge_delivery_oldest_pending_age_seconds", map[string]string{"subscription_id": p.subID}),
+			"oldest open age":   v("bridge_delivery_oldest_pending_age_seconds", map[string]string{"subscription_id": p.SubID}),
 			"lag":               v("bridge_consumer_lag", map[string]string{"topic": topic}),
 		}
 		want := map[string]float64{
@@ -282,12 +284,12 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 
 // checkFailed: the attempt the receiver answered 500 has an error span, and
 // the deliverer's log line about it carries the trace id and dedup id.
-func checkFailed(t *testing.T, p *pipeline, deliverR, consumerR recorded, id string, app trace.SpanContext) {
+func checkFailed(t *testing.T, p *e2e.Pipeline, deliverR, consumerR recorded, id string, app trace.SpanContext) {
 	t.Helper()
 	if t.Failed() {
 		return
 	}
-	proc := findSpan(t, consumerR, "process "+p.topic, "messaging.message.id", id)
+	proc := findSpan(t, consumerR, "process "+p.Topic, "messaging.message.id", id)
 	client := childOf(t, deliverR, proc.SpanContext(), trace.SpanKindClient)
 	if client.SpanContext().TraceID() != app.TraceID() {
 		t.Errorf("failed attempt's span is in trace %s, want %s", client.SpanContext().TraceID(), app.TraceID())
@@ -297,9 +299,9 @@ func checkFailed(t *testing.T, p *pipeline, deliverR, consumerR recorded, id str
 		t.Errorf("failed attempt's span status = %v, want Error", client.Status())
 	}
 	var line string
-	waitFor(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		var ok bool
-		if line, ok = p.deliverLog.lineWith("dedup_id=" + id); !ok {
+		if line, ok = p.DeliverLog.LineWith("dedup_id=" + id); !ok {
 			return fmt.Sprintf("no deliverer log line for %s", id)
 		}
 		return ""

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/e2e"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/tracing"
@@ -163,25 +164,25 @@ func TestEndToEndTraceInJaeger(t *testing.T) {
 	)
 	appTP, relayTP, consumeTP, deliverTP := newTP(appService), newTP(relayService), newTP(consumeService), newTP(deliverService)
 
-	p := newPipeline(t, pipelineConfig{brokers: brokers, topic: topic,
-		relayTP: relayTP, consumerTP: consumeTP, deliverTP: deliverTP})
-	p.startConsumerAndDeliverer()
-	p.startRelay(0)
+	p := e2e.New(t, e2e.Config{Brokers: brokers, Topic: topic,
+		RelayTP: relayTP, ConsumerTP: consumeTP, DeliverTP: deliverTP})
+	p.StartConsumerAndDeliverer()
+	p.StartRelay(0)
 
 	actx, appSpan := appTP.Tracer("e2e-app").Start(ctx, "PUT /assets/e2e", trace.WithSpanKind(trace.SpanKindServer))
-	id := p.enqueue(actx, "asset-e2e", `{"title":"traced end to end"}`)
+	id := p.Enqueue(actx, "asset-e2e", `{"title":"traced end to end"}`)
 	appSpan.End()
 	traceID := appSpan.SpanContext().TraceID().String()
 	appSpanID := appSpan.SpanContext().SpanID().String()
 	t.Logf("event %s in trace %s (%s/trace/%s)", id, traceID, query, traceID)
 
-	waitFor(t, 60*time.Second, func() string {
-		if len(p.recv.traceparents(id)) == 0 {
+	testkit.Eventually(t, 60*time.Second, func() string {
+		if len(p.Recv.Traceparents(id)) == 0 {
 			return "the receiver has not got the webhook"
 		}
 		return ""
 	})
-	p.stop() // every span has ended
+	p.Stop() // every span has ended
 	for _, tp := range []*tracing.Provider{appTP, relayTP, consumeTP, deliverTP} {
 		if err := tp.ForceFlush(ctx); err != nil {
 			t.Fatalf("flush spans to Jaeger: %v", err)
@@ -190,7 +191,7 @@ func TestEndToEndTraceInJaeger(t *testing.T) {
 
 	var spans map[string]jaegerSpan
 	var publish, process, client jaegerSpan
-	waitFor(t, 60*time.Second, func() string {
+	testkit.Eventually(t, 60*time.Second, func() string {
 		var err error
 		spans, err = fetchTrace(query, traceID)
 		if err != nil {
@@ -237,7 +238,7 @@ func TestEndToEndTraceInJaeger(t *testing.T) {
 			t.Errorf("%s %q: span.kind %q, want %q", c.what, c.span.name, c.span.kind, c.kind)
 		}
 	}
-	got := p.recv.traceparents(id)[0]
+	got := p.Recv.Traceparents(id)[0]
 	gotTrace, gotParent := parseTraceparent(t, got)
 	if gotTrace != traceID || gotParent != client.id {
 		t.Errorf("receiver got traceparent %s, want trace %s with parent %s (the HTTP client span)", got, traceID, client.id)

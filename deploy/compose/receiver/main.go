@@ -1,8 +1,9 @@
 // Command receiver is the sample webhook receiver of docker-compose.yml: it
-// subscribes itself through the bridge's admin API, then verifies every
-// request's Standard Webhooks signature with the secret it was given, checks
-// that each asset's events arrive in asset_seq order, and logs one line per
-// request.
+// subscribes itself through the bridge's admin API, then checks every request
+// with internal/webhooktest (the Standard Webhooks signature with the secret it
+// was given, duplicates by webhook-id, each asset's events in asset_seq order,
+// one request of an asset at a time) and logs one line per request before it
+// answers.
 //
 // Configuration (its own, not the bridge's):
 //
@@ -42,7 +43,8 @@ import (
 	"syscall"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 func main() {
@@ -196,7 +198,7 @@ func call(ctx context.Context, c *http.Client, cfg config, method, path string, 
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
@@ -209,14 +211,16 @@ func call(ctx context.Context, c *http.Client, cfg config, method, path string, 
 	return json.Unmarshal(b, out)
 }
 
-// receiver verifies and counts webhook requests.
+// receiver is the sample's webhook endpoint: internal/webhooktest's Receiver
+// (signature, dedup by webhook-id, per-asset order, overlapping requests)
+// with one log line per request, written before the answer is sent, so a
+// receiver killed right after answering cannot have lost a logged 2xx.
 type receiver struct {
 	log *slog.Logger
+	rcv *webhooktest.Receiver
 
-	mu       sync.Mutex
-	verifier *standardwebhooks.Webhook // nil until subscribed
-	lastSeq  map[string]int64          // asset ("" = null asset) → last asset_seq seen
-	stats    stats
+	mu    sync.Mutex
+	stats stats
 }
 
 type stats struct {
@@ -229,22 +233,20 @@ type stats struct {
 	// tells the receiver so).
 	OutOfOrder   int `json:"out_of_order"`
 	Redeliveries int `json:"redeliveries"`
+	// Overlapping counts requests of one asset that arrived while another was
+	// still in flight. Zero: the bridge sends one at a time per asset.
+	Overlapping int `json:"overlapping"`
 }
 
 func newReceiver(log *slog.Logger) *receiver {
-	return &receiver{log: log, lastSeq: map[string]int64{}}
+	r := &receiver{log: log, rcv: webhooktest.New()}
+	// One subscription: every path is the same stream namespace.
+	r.rcv.StreamOf = func(*http.Request) string { return "" }
+	r.rcv.Observe = r.observe
+	return r
 }
 
-func (r *receiver) setSecret(secret string) error {
-	wh, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.verifier = wh
-	r.mu.Unlock()
-	return nil
-}
+func (r *receiver) setSecret(secret string) error { return r.rcv.SetSecret("", secret) }
 
 func (r *receiver) snapshot() stats {
 	r.mu.Lock()
@@ -254,82 +256,65 @@ func (r *receiver) snapshot() stats {
 
 func (r *receiver) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /webhook", r.webhook)
+	mux.Handle("POST /webhook", r.rcv)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		r.mu.Lock()
-		ready := r.verifier != nil
-		r.mu.Unlock()
-		if !ready {
+		if !r.rcv.Ready() {
 			http.Error(w, "not subscribed yet", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 		_ = json.NewEncoder(w).Encode(r.snapshot())
 	})
 	return mux
 }
 
-// envelope is the webhook body (PRODUCT.md, "Webhook request").
-type envelope struct {
-	ID       string          `json:"id"`
-	Type     string          `json:"type"`
-	AssetID  *string         `json:"asset_id"`
-	AssetSeq *int64          `json:"asset_seq"`
-	Data     json.RawMessage `json:"data"`
-}
-
-func (r *receiver) webhook(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 4<<20))
-	if err != nil {
-		http.Error(w, "read body", http.StatusBadRequest)
-		return
-	}
+// observe counts and logs one request; the receiver calls it before it
+// answers.
+func (r *receiver) observe(q *webhooktest.Request) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.stats.Received++
-	if r.verifier == nil {
-		// Not subscribed yet: refuse, the bridge retries.
-		http.Error(w, "not subscribed yet", http.StatusServiceUnavailable)
-		return
-	}
-	if err := r.verifier.Verify(body, req.Header); err != nil {
+	switch q.Outcome {
+	case webhooktest.BadSignature:
 		r.stats.SignatureFailures++
-		r.log.Warn("signature verification failed", "webhook_id", req.Header.Get("webhook-id"), "error", err)
-		http.Error(w, "bad signature", http.StatusUnauthorized)
-		return
+	case webhooktest.Accepted, webhooktest.Duplicate, webhooktest.Refused:
+		r.stats.Verified++
+	case webhooktest.Malformed:
+		if q.Status == http.StatusBadRequest { // signed, but not the envelope
+			r.stats.Verified++
+		}
 	}
-	r.stats.Verified++
-	var ev envelope
-	if err := json.Unmarshal(body, &ev); err != nil {
-		r.log.Warn("body is not the bridge's envelope", "error", err)
-		http.Error(w, "bad envelope", http.StatusBadRequest)
-		return
-	}
-	asset := ""
-	if ev.AssetID != nil {
-		asset = *ev.AssetID
+	if q.Overlap {
+		r.stats.Overlapping++
 	}
 	order := "ok"
-	last, seen := r.lastSeq[asset]
 	switch {
-	case ev.AssetSeq == nil:
-		order = "unsequenced" // a record the relay did not produce
-	case seen && *ev.AssetSeq == last:
+	case q.Outcome == webhooktest.Duplicate:
 		// At least once: the same event again (same webhook-id) is
-		// harmless; a real receiver dedups on webhook-id.
+		// harmless; it is acknowledged and ignored.
 		order = "redelivery"
 		r.stats.Redeliveries++
-	case seen && *ev.AssetSeq < last:
+	case q.OrderViolation != "":
 		order = "out_of_order"
 		r.stats.OutOfOrder++
-	default:
-		r.lastSeq[asset] = *ev.AssetSeq
+	case q.Outcome == webhooktest.Accepted && q.Envelope.AssetSeq == nil:
+		order = "unsequenced" // a record the relay did not produce
 	}
-	r.log.Info("webhook",
-		"webhook_id", req.Header.Get("webhook-id"), "type", ev.Type, "asset_id", ev.AssetID, "asset_seq", ev.AssetSeq,
-		"order", order, "traceparent", req.Header.Get("traceparent"), "bytes", len(body))
-	w.WriteHeader(http.StatusNoContent)
+	r.mu.Unlock()
+
+	switch q.Outcome {
+	case webhooktest.BadSignature:
+		r.log.Warn("signature verification failed", "webhook_id", q.WebhookID, "status", q.Status)
+	case webhooktest.Malformed:
+		r.log.Warn("body is not the bridge's envelope", "webhook_id", q.WebhookID, "status", q.Status, "bytes", len(q.Body))
+	case webhooktest.NotReady:
+		r.log.Warn("webhook before subscribing (refused, the bridge retries)", "webhook_id", q.WebhookID, "status", q.Status)
+	default:
+		ev := q.Envelope
+		r.log.Info("webhook",
+			"webhook_id", q.WebhookID, "type", ev.Type, "asset_id", ev.AssetID, "asset_seq", ev.AssetSeq,
+			"order", order, "overlap", q.Overlap, "status", q.Status, "traceparent", q.Traceparent, "bytes", len(q.Body))
+	}
 }

@@ -99,8 +99,8 @@ func TestWebhookVerifiesSignaturesAndOrder(t *testing.T) {
 		{signer, "e1", "a", 1, 204},
 		{signer, "e2", "a", 2, 204},
 		{signer, "e3", "b", 1, 204},
-		{signer, "e2", "a", 2, 204}, // redelivery
-		{signer, "e1", "a", 1, 204}, // out of order
+		{signer, "e2", "a", 2, 204}, // redelivery (same webhook-id)
+		{signer, "e0", "a", 1, 204}, // out of order: an older event of a, first seen after a:2
 		{other, "e4", "a", 3, 401},  // wrong secret
 	} {
 		if code := send(c.wh, c.id, c.asset, c.seq); code != c.code {

@@ -82,6 +82,13 @@ type Evidence struct {
 	Kafka         []KafkaRecord
 	Outbox        []OutboxRow
 	Deliveries    []Delivery
+	// SessionDuplicatesAllowed: a copy of an event within one producer
+	// session is expected in this run (the database lost a row's SENT mark
+	// — a restart or a failover — so the same relay produced it again with
+	// the same dedup-id) and counts as Reproduced, not as a duplicate. Runs
+	// whose faults are all on the Kafka side leave it false: there the
+	// idempotent producer must never write a record twice.
+	SessionDuplicatesAllowed bool
 }
 
 // Verdict is the judge's count of each kind of broken promise, plus figures.
@@ -104,6 +111,10 @@ type Verdict struct {
 	// Redeliveries: the same signed request acknowledged again after a crash
 	// (same webhook-id and body): at least once, allowed.
 	Redeliveries int
+	// Reproduced: records of an event produced again by one producer
+	// session with the same dedup-id (allowed only with
+	// SessionDuplicatesAllowed; the consumer's inbox drops them).
+	Reproduced int
 	// OrderViolations: a request for an event older than one already
 	// acknowledged in its (subscription, asset) stream; or, in the topic, an
 	// asset whose first copies are not in asset-seq order.
@@ -129,10 +140,10 @@ func (v Verdict) Broken() bool {
 
 func (v Verdict) String() string {
 	return fmt.Sprintf("committed %d, rolled back %d, receipts %d: lost %d (kafka %d), rolled-back published %d, "+
-		"duplicates %d (redeliveries with the same id %d), order violations %d, two-in-flight %d, bad signatures %d, "+
+		"duplicates %d (redeliveries with the same id %d, re-produced %d), order violations %d, two-in-flight %d, bad signatures %d, "+
 		"FAILED %d, dead %d, not sent %d",
 		v.Committed, v.RolledBack, v.Receipts, v.Lost, v.LostInKafka, v.RolledBackPublished,
-		v.Duplicates, v.Redeliveries, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
+		v.Duplicates, v.Redeliveries, v.Reproduced, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
 		v.Failed, v.Dead, v.NotSent)
 }
 
@@ -346,7 +357,11 @@ func judgeKafka(ev Evidence, committed map[string]Committed, notCommitted func(i
 		if r.ProducerID >= 0 {
 			s := session{r.ProducerID, r.ProducerEpoch, r.DedupID}
 			if inSession[s] {
-				c.add("duplicates", &v.Duplicates, "event %s produced twice by producer %d epoch %d", r.DedupID, r.ProducerID, r.ProducerEpoch)
+				if ev.SessionDuplicatesAllowed {
+					v.Reproduced++
+				} else {
+					c.add("duplicates", &v.Duplicates, "event %s produced twice by producer %d epoch %d", r.DedupID, r.ProducerID, r.ProducerEpoch)
+				}
 			}
 			inSession[s] = true
 		}

@@ -178,4 +178,17 @@ func TestAllowedRepeats(t *testing.T) {
 	if v.Broken() || v.Redeliveries != 1 {
 		t.Fatalf("allowed repeats judged: %s", v.Summary())
 	}
+	// After a database restart or failover the same relay may produce a row
+	// again (its SENT mark was lost): allowed when the run says so.
+	ev = clean(t)
+	again2 := ev.Kafka[3]
+	again2.Offset = 600
+	ev.Kafka = append(ev.Kafka, again2)
+	if v := Judge(ev); !v.Broken() {
+		t.Fatalf("a same-session copy must count as a duplicate by default: %s", v)
+	}
+	ev.SessionDuplicatesAllowed = true
+	if v := Judge(ev); v.Broken() || v.Reproduced != 1 {
+		t.Fatalf("a same-session copy after a lost mark: %s", v.Summary())
+	}
 }

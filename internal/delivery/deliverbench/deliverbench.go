@@ -1,8 +1,9 @@
 // Package deliverbench measures the delivery engine end to end on this
 // machine: deliveries in PostgreSQL → Deliverer → an in-process loopback
-// receiver. It reports the drain rate of a backlog, insert→received latency
-// under a steady live load, per-(subscription, asset) order as the receiver
-// saw it, peak heap while a large backlog is pending, and the machine's
+// receiver (internal/webhooktest: signatures verified, duplicates, order and
+// overlapping requests per (subscription, asset)). It reports the drain rate of
+// a backlog, insert→received latency under a steady live load, what the
+// receiver saw, peak heap while a large backlog is pending, and the machine's
 // ceiling (the same HTTP client and receiver with no database).
 package deliverbench
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
 
 // Options configure one run.
@@ -69,6 +71,8 @@ type Result struct {
 	LatencyMaxMS        float64 `json:"latency_max_ms"`
 	OrderViolations     int64   `json:"order_violations"`
 	Duplicates          int64   `json:"duplicates"`
+	Overlaps            int64   `json:"overlapping_requests"`
+	SignatureFailures   int64   `json:"signature_failures"`
 	NotDelivered        int64   `json:"not_delivered"`
 	BaselineHeapMiB     float64 `json:"baseline_heap_mib"`
 	PeakHeapMiB         float64 `json:"peak_heap_mib"`
@@ -88,14 +92,12 @@ type Result struct {
 	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
 	Replicas         int     `json:"replicas"`
 	ClaimLoops       int     `json:"claim_loops"`
-	// Failing and slow subscriptions (isolation scenarios), and what the
-	// receiver saw of in-flight requests: the most requests of one
-	// subscription at once (must not exceed the cap) and requests that
-	// overlapped another of the same stream (must be 0).
+	// Failing and slow subscriptions (isolation scenarios), and the most
+	// requests of one subscription the receiver had at once (must not
+	// exceed the cap; overlapping_requests is the per-stream check).
 	FailingSubscriptions int   `json:"failing_subscriptions"`
 	SlowSubscriptions    int   `json:"slow_subscriptions"`
 	PeakInFlightPerSub   int64 `json:"peak_in_flight_per_subscription_seen"`
-	StreamOverlaps       int64 `json:"stream_overlaps"`
 	// CPU per delivery during the drain, in microseconds: PostgreSQL's
 	// backends of the run's database (0 when /proc cannot show them) and
 	// this process (deliverers, receiver, bench). On a shared machine these
@@ -112,99 +114,73 @@ type payload struct {
 	Pad  string `json:"pad"`
 }
 
-// receiver checks order per (subscription, asset), records latency and
-// in-flight requests per subscription and per stream, and plays the failing
-// and slow subscriptions.
+// receiver is webhooktest's receiver with the bench's bookkeeping: how many
+// backlog and live events arrived, the insert→received latency of the live
+// ones, and the most requests one subscription had in flight at once. It
+// also plays the failing (500 to everything) and slow subscriptions of the
+// isolation scenarios, /s/0 … /s/failing-1 and the next slow ones; their
+// events are not counted. Every stream starts at asset_seq 1 and has no gaps
+// (Gapless): the bench inserts every event of every asset.
 type receiver struct {
-	failing, slow int // subscriptions /s/0../s/failing-1 fail, the next slow ones are slow
-	slowDelay     time.Duration
-
-	mu         sync.Mutex
-	last       map[string]int64
-	subBusy    map[string]int64
-	streamBusy map[string]int
-	peakSub    int64
-	overlaps   int64
-	latencies  []time.Duration
-	violations atomic.Int64
-	dups       atomic.Int64
-	backlog    atomic.Int64
-	live       atomic.Int64
+	*webhooktest.Receiver
+	unhealthy int // subscriptions below this index fail or are slow
+	mu        sync.Mutex
+	latencies []time.Duration
+	busy      map[string]int64
+	peakSub   int64
+	backlog   atomic.Int64
+	live      atomic.Int64
 }
 
+func newReceiver(failing, slow int, slowDelay time.Duration) *receiver {
+	rc := &receiver{Receiver: webhooktest.New(), unhealthy: failing + slow, busy: map[string]int64{}}
+	index := func(sub string) int {
+		n, _ := strconv.Atoi(strings.TrimPrefix(sub, "/s/"))
+		return n
+	}
+	rc.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		switch n := index(r.Subscription); {
+		case n < failing:
+			return http.StatusInternalServerError, 0
+		case n < failing+slow:
+			return http.StatusNoContent, slowDelay
+		}
+		return http.StatusNoContent, 0
+	}
+	rc.Gapless = true
+	rc.Observe = func(r *webhooktest.Request) {
+		if r.Outcome != webhooktest.Accepted || index(r.Subscription) < rc.unhealthy {
+			return
+		}
+		var p payload
+		if err := json.Unmarshal(r.Envelope.Data, &p); err != nil {
+			return
+		}
+		if p.Live {
+			rc.mu.Lock()
+			rc.latencies = append(rc.latencies, r.Received.Sub(time.Unix(0, p.T)))
+			rc.mu.Unlock()
+			rc.live.Add(1)
+		} else {
+			rc.backlog.Add(1)
+		}
+	}
+	return rc
+}
+
+// ServeHTTP counts the request in flight to its subscription for as long as
+// it runs (slow answers included).
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	if r.URL.Path == "/ceiling" {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	var env struct {
-		AssetID  *string `json:"asset_id"`
-		AssetSeq int64   `json:"asset_seq"`
-		Data     payload `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil || env.AssetID == nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	key := r.URL.Path + "|" + *env.AssetID
-	n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/s/"))
 	rc.mu.Lock()
-	if rc.subBusy == nil {
-		rc.subBusy, rc.streamBusy = map[string]int64{}, map[string]int{}
-	}
-	rc.subBusy[r.URL.Path]++
-	rc.peakSub = max(rc.peakSub, rc.subBusy[r.URL.Path])
-	rc.streamBusy[key]++
-	if rc.streamBusy[key] > 1 {
-		rc.overlaps++
-	}
+	rc.busy[r.URL.Path]++
+	rc.peakSub = max(rc.peakSub, rc.busy[r.URL.Path])
 	rc.mu.Unlock()
 	defer func() {
 		rc.mu.Lock()
-		rc.subBusy[r.URL.Path]--
-		rc.streamBusy[key]--
+		rc.busy[r.URL.Path]--
 		rc.mu.Unlock()
 	}()
-	switch {
-	case n < rc.failing:
-		w.WriteHeader(http.StatusInternalServerError)
-		return
-	case n < rc.failing+rc.slow:
-		time.Sleep(rc.slowDelay)
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	rc.mu.Lock()
-	prev, seen := rc.last[key]
-	switch {
-	case seen && env.AssetSeq == prev:
-		rc.dups.Add(1)
-	case seen && env.AssetSeq < prev:
-		rc.violations.Add(1)
-	case !seen && env.AssetSeq != 1, seen && env.AssetSeq != prev+1:
-		// A gap: an earlier event of the stream has not arrived yet and
-		// would arrive out of order.
-		rc.violations.Add(1)
-		rc.last[key] = env.AssetSeq
-	default:
-		rc.last[key] = env.AssetSeq
-	}
-	if env.Data.Live {
-		rc.latencies = append(rc.latencies, now.Sub(time.Unix(0, env.Data.T)))
-	}
-	rc.mu.Unlock()
-	if env.Data.Live {
-		rc.live.Add(1)
-	} else {
-		rc.backlog.Add(1)
-	}
-	w.WriteHeader(http.StatusNoContent)
+	rc.Receiver.ServeHTTP(w, r)
 }
 
 // Run performs one benchmark on pool, which must be a migrated database of
@@ -233,13 +209,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	if o.SlowDelay <= 0 {
 		o.SlowDelay = 5 * time.Second
 	}
-	rc := &receiver{last: map[string]int64{}, subBusy: map[string]int64{}, streamBusy: map[string]int{},
-		failing: o.FailingSubscriptions, slow: o.SlowSubscriptions, slowDelay: o.SlowDelay}
+	rc := newReceiver(o.FailingSubscriptions, o.SlowSubscriptions, o.SlowDelay)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/s/", rc)
+	mux.HandleFunc("/ceiling", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
@@ -279,6 +260,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 			return nil, err
 		}
 		subIDs[i] = s.ID
+		if err := rc.SetSecret("/s/"+strconv.Itoa(i), s.Secret); err != nil {
+			return nil, err
+		}
 	}
 	seqs := map[string]int64{}
 	pad := strings.Repeat("x", 160)
@@ -446,13 +430,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	if err := stop(); err != nil {
 		return nil, err
 	}
-	res.OrderViolations = rc.violations.Load()
-	res.Duplicates = rc.dups.Load()
+	rs := rc.Stats()
+	res.OrderViolations = int64(rs.OrderViolations)
+	res.Duplicates = int64(rs.Duplicates)
+	res.Overlaps = int64(rs.Overlaps)
+	res.SignatureFailures = int64(rs.SignatureFailures)
 	if res.NotDelivered, err = store.NotDelivered(ctx, pool, subIDs[unhealthy:]); err != nil {
 		return nil, err
 	}
 	rc.mu.Lock()
-	res.PeakInFlightPerSub, res.StreamOverlaps = rc.peakSub, rc.overlaps
+	res.PeakInFlightPerSub = rc.peakSub
 	rc.mu.Unlock()
 	return res, nil
 }

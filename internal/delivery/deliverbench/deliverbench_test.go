@@ -1,15 +1,16 @@
 package deliverbench
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
@@ -24,8 +25,9 @@ func TestRunDeliversEverythingInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.OrderViolations != 0 || res.NotDelivered != 0 || res.Duplicates != 0 {
-		t.Fatalf("violations=%d not delivered=%d duplicates=%d", res.OrderViolations, res.NotDelivered, res.Duplicates)
+	if res.OrderViolations != 0 || res.NotDelivered != 0 || res.Duplicates != 0 || res.Overlaps != 0 || res.SignatureFailures != 0 {
+		t.Fatalf("violations=%d not delivered=%d duplicates=%d overlaps=%d signature failures=%d",
+			res.OrderViolations, res.NotDelivered, res.Duplicates, res.Overlaps, res.SignatureFailures)
 	}
 	if res.DeliveriesPerSecond <= 0 || res.LatencyP99MS <= 0 || res.PeakHeapMiB <= 0 || res.CeilingPerSecond <= 0 {
 		t.Fatalf("missing measurements: %+v", res)
@@ -34,18 +36,39 @@ func TestRunDeliversEverythingInOrder(t *testing.T) {
 
 func TestReceiverCountsOrderViolations(t *testing.T) {
 	t.Parallel()
-	rc := &receiver{last: map[string]int64{}}
-	post := func(path string, seq int) {
-		body := `{"asset_id":"a","asset_seq":` + strconv.Itoa(seq) + `,"data":{"t":1}}`
-		rc.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+	rc := newReceiver(0, 0, 0)
+	secret := store.NewSecret()
+	if err := rc.SetSecret("", secret); err != nil {
+		t.Fatal(err)
 	}
-	post("/s/0", 1)
-	post("/s/0", 2)
-	post("/s/1", 1) // another stream: independent
-	post("/s/0", 2) // a duplicate
-	post("/s/0", 4) // 3 skipped: would arrive late
-	post("/s/0", 3)
-	if v, d := rc.violations.Load(), rc.dups.Load(); v != 2 || d != 1 {
-		t.Fatalf("violations=%d duplicates=%d, want 2 and 1", v, d)
+	post := func(path string, seq int, id string) {
+		t.Helper()
+		asset := "a"
+		n := int64(seq)
+		body, err := contract.NewEnvelope(id, "bench.event", &asset, &n, time.Now(), []byte(`{"t":1}`)).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().Unix()
+		sig, err := delivery.Sign([]string{secret}, id, now, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		contract.SetWebhookHeaders(req.Header, id, now, sig, "test")
+		w := httptest.NewRecorder()
+		rc.ServeHTTP(w, req)
+		if w.Code != http.StatusNoContent {
+			t.Fatalf("%s %d: status %d", path, seq, w.Code)
+		}
+	}
+	post("/s/0", 1, "e1")
+	post("/s/0", 2, "e2")
+	post("/s/1", 1, "e1") // another stream: independent
+	post("/s/0", 2, "e2") // a duplicate
+	post("/s/0", 4, "e4") // 3 skipped: would arrive late
+	post("/s/0", 3, "e3")
+	if st := rc.Stats(); st.OrderViolations != 2 || st.Duplicates != 1 {
+		t.Fatalf("violations=%d duplicates=%d, want 2 and 1", st.OrderViolations, st.Duplicates)
 	}
 }

@@ -20,21 +20,25 @@ import (
 // deliveries_by_subscription_status; the attempts of the last hour are a
 // range on delivery_attempts_started_at (migration 00040).
 const subscriptionHealthSQL = `
-WITH a AS (
-  SELECT d.subscription_id,
-         count(*) AS total,
-         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299) AS ok,
-         count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299 AND x.started_at > now() - interval '1 minute') AS ok_minute
-  FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
-  WHERE x.started_at > now() - interval '1 hour'
-  GROUP BY 1)
 SELECT s.id::text AS subscription_id,
        (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
        (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'delivering') AS in_flight,
        (SELECT count(*) FROM bridge.deliveries d WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
-       coalesce(a.total, 0) AS attempts_last_hour, coalesce(a.ok, 0) AS succeeded_last_hour,
-       coalesce(a.ok_minute, 0) AS delivered_last_minute
-FROM bridge.subscriptions s LEFT JOIN a ON a.subscription_id = s.id`
+       0::bigint AS attempts_last_hour, 0::bigint AS succeeded_last_hour, 0::bigint AS delivered_last_minute
+FROM bridge.subscriptions s`
+
+// attemptRatesSQL reads the attempts of the last hour: a range on
+// delivery_attempts_started_at (migration 00040) joined to their deliveries.
+// Its cost follows the last hour's traffic (about 0.5 s for 95,000 attempts
+// on a busy 2-core machine), so callers cache it.
+const attemptRatesSQL = `
+SELECT d.subscription_id::text AS subscription_id, 0::bigint AS pending, 0::bigint AS in_flight, 0::bigint AS dead,
+       count(*) AS attempts_last_hour,
+       count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299) AS succeeded_last_hour,
+       count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299 AND x.started_at > now() - interval '1 minute') AS delivered_last_minute
+FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
+WHERE x.started_at > now() - interval '1 hour'
+GROUP BY 1`
 
 const countStreamSQL = `
 SELECT count(*) FROM bridge.deliveries d
@@ -81,9 +85,28 @@ func (h SubscriptionHealth) SuccessRate() float64 {
 	return float64(h.SucceededHour) / float64(h.AttemptsHour)
 }
 
-// Health returns every subscription's figures, keyed by subscription id.
+// Health returns every subscription's pending, in-flight and dead counts
+// (index probes: cheap), keyed by subscription id; the attempt figures are
+// AttemptRates'.
 func (s *DeliveryStore) Health(ctx context.Context) (map[string]SubscriptionHealth, error) {
-	rows, err := s.db.Query(ctx, subscriptionHealthSQL)
+	return s.health(ctx, subscriptionHealthSQL)
+}
+
+// AttemptRates returns, per subscription that had any, the attempts of the
+// last hour and of the last minute (only those fields are set). It reads
+// the last hour's attempt log: cache it rather than run it per request.
+func (s *DeliveryStore) AttemptRates(ctx context.Context) (map[string]SubscriptionHealth, error) {
+	return s.health(ctx, attemptRatesSQL)
+}
+
+// WithRates is h with the attempt figures of r.
+func (h SubscriptionHealth) WithRates(r SubscriptionHealth) SubscriptionHealth {
+	h.AttemptsHour, h.SucceededHour, h.DeliveredMinute = r.AttemptsHour, r.SucceededHour, r.DeliveredMinute
+	return h
+}
+
+func (s *DeliveryStore) health(ctx context.Context, sql string) (map[string]SubscriptionHealth, error) {
+	rows, err := s.db.Query(ctx, sql)
 	if err != nil {
 		return nil, fmt.Errorf("subscription health: %w", err)
 	}

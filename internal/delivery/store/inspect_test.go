@@ -27,7 +27,11 @@ func TestInspectViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := h[sub.ID]
+	rates, err := b.store.AttemptRates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := h[sub.ID].WithRates(rates[sub.ID])
 	if got.Pending != 2 || got.Dead != 1 || got.AttemptsHour != 2 || got.SucceededHour != 1 || got.DeliveredMinute != 1 || got.SuccessRate() != 0.5 {
 		t.Fatalf("health = %+v", got)
 	}

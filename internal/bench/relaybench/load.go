@@ -1,0 +1,362 @@
+package relaybench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/outbox"
+)
+
+// latencies matches each committed event with the broker's ack of its record
+// and keeps commit→ack in milliseconds, with the ack time (for per-minute
+// figures). Only events registered while active are tracked, so a drain's
+// acks cost nothing here.
+type latencies struct {
+	active    atomic.Bool
+	mu        sync.Mutex
+	committed map[string]time.Time // dedup-id → commit returned, not acked yet
+	early     map[string]time.Time // acked before the writer recorded its commit
+	samples   []sample
+}
+
+type sample struct {
+	at time.Time
+	ms float32
+}
+
+func newLatencies() *latencies {
+	return &latencies{committed: map[string]time.Time{}, early: map[string]time.Time{}}
+}
+
+func (l *latencies) setActive(on bool) { l.active.Store(on) }
+
+func (l *latencies) commit(ids []string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if ack, ok := l.early[id]; ok {
+			// The relay can ack before the writer's COMMIT call returns to
+			// it; the commit is then no later than the ack.
+			delete(l.early, id)
+			l.samples = append(l.samples, sample{at: ack, ms: float32(max(0, ack.Sub(at).Seconds()*1000))})
+			continue
+		}
+		l.committed[id] = at
+	}
+}
+
+func (l *latencies) acked(id string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.committed[id]
+	if !ok {
+		l.early[id] = at
+		return
+	}
+	delete(l.committed, id)
+	l.samples = append(l.samples, sample{at: at, ms: float32(at.Sub(c).Seconds() * 1000)})
+}
+
+// summary returns how many events were matched and their p50, p99 and max.
+func (l *latencies) summary() (n int, p50, p99, maxMs float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	xs := make([]float64, len(l.samples))
+	for i, s := range l.samples {
+		xs[i] = float64(s.ms)
+	}
+	return len(xs), percentile(xs, 0.5), percentile(xs, 0.99), percentile(xs, 1)
+}
+
+// load is an offered load: rate events/s in transactions of txEvents events,
+// committed by writers concurrent writers on a fixed schedule.
+type load struct {
+	topic    string
+	assets   int
+	rate     int
+	duration time.Duration
+	writers  int
+	txEvents int
+}
+
+type loadResult struct {
+	events   int
+	achieved float64 // events/s committed
+}
+
+// offer runs the load, registering each committed event with lat.
+func offer(ctx context.Context, pool *pgxpool.Pool, ld load, lat *latencies) (loadResult, error) {
+	lat.setActive(true)
+	txs := max(1, int(float64(ld.rate)*ld.duration.Seconds())/ld.txEvents)
+	every := time.Duration(float64(time.Second) * float64(ld.txEvents) / float64(ld.rate))
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, ld.writers)
+	var mu sync.Mutex
+	committed := 0
+	for w := range ld.writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs := make([]outbox.Event, ld.txEvents)
+			for tx := w; tx < txs; tx += ld.writers {
+				if d := time.Until(start.Add(time.Duration(tx) * every)); d > 0 {
+					select {
+					case <-ctx.Done():
+						errs <- ctx.Err()
+						return
+					case <-time.After(d):
+					}
+				}
+				for j := range evs {
+					evs[j] = outbox.Event{Topic: ld.topic, AssetID: fmt.Sprintf("bench-asset-%d", (tx*ld.txEvents+j)%ld.assets),
+						EventType: "bench.live", Payload: []byte(`{"live":true}`)}
+				}
+				var ids []string
+				err := pgx.BeginFunc(ctx, pool, func(t pgx.Tx) error {
+					got, err := outbox.EnqueueBatch(ctx, t, evs)
+					for _, id := range got {
+						ids = append(ids, id.String())
+					}
+					return err
+				})
+				if err != nil {
+					errs <- fmt.Errorf("enqueue: %w", err)
+					return
+				}
+				lat.commit(ids, time.Now())
+				mu.Lock()
+				committed += len(ids)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return loadResult{}, err
+	}
+	return loadResult{events: committed, achieved: float64(committed) / max(elapsed, ld.duration).Seconds()}, nil
+}
+
+// SustainOptions configures Sustain.
+type SustainOptions struct {
+	Duration   time.Duration // default 10m
+	Rate       int           // offered events/s (default 5000)
+	Writers    int           // default 8
+	TxEvents   int           // events per transaction (default 10)
+	Assets     int           // default 1000
+	Partitions int32         // default 6
+	Replicas   int           // default 1
+	// HoldXmin keeps a transaction with an xid open in another session for
+	// the whole run, pinning the xmin horizon: vacuum cannot remove the
+	// rows the relay marks, as with a long report or a forgotten session.
+	HoldXmin bool
+}
+
+// SustainResult is what `bridge bench relay --sustain` prints.
+type SustainResult struct {
+	DurationSeconds float64 `json:"duration_seconds"`
+	OfferedRate     int     `json:"offered_rate"`
+	AchievedRate    float64 `json:"achieved_rate"`
+	Events          int     `json:"events"`
+	Writers         int     `json:"writers"`
+	TxEvents        int     `json:"tx_events"`
+	Replicas        int     `json:"replicas"`
+	BatchSize       int     `json:"batch_size"`
+	HoldXmin        bool    `json:"hold_xmin"`
+	LatencyP50Ms    float64 `json:"latency_p50_ms"`
+	LatencyP99Ms    float64 `json:"latency_p99_ms"`
+	LatencyMaxMs    float64 `json:"latency_max_ms"`
+	// The claim statement's cost at the start and at the end of the run:
+	// it must not grow.
+	ClaimP99FirstMinuteMs float64         `json:"claim_p99_first_minute_ms"`
+	ClaimP99LastMinuteMs  float64         `json:"claim_p99_last_minute_ms"`
+	DeadTuplesAtEnd       int64           `json:"outbox_dead_tuples_at_end"`
+	Minutes               []SustainMinute `json:"minutes"`
+}
+
+// SustainMinute is one minute of a sustained run.
+type SustainMinute struct {
+	Minute       int     `json:"minute"`
+	Acked        int     `json:"acked"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	Claims       int     `json:"claims"`
+	ClaimP99Ms   float64 `json:"claim_p99_ms"`
+	DeadTuples   int64   `json:"outbox_dead_tuples"`
+}
+
+// Sustain offers a steady load for o.Duration with the relays running and
+// reports commit→ack latency, the achieved rate and the claim's cost minute
+// by minute.
+func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay.Config, o SustainOptions, progress func(string)) (*SustainResult, error) {
+	cfg = cfg.WithDefaults()
+	o.Duration = cmp.Or(o.Duration, 10*time.Minute)
+	o.Rate = cmp.Or(o.Rate, 5000)
+	o.Writers = cmp.Or(o.Writers, 8)
+	o.TxEvents = cmp.Or(o.TxEvents, 10)
+	o.Assets = cmp.Or(o.Assets, 1000)
+	o.Partitions = cmp.Or(o.Partitions, 6)
+	o.Replicas = cmp.Or(o.Replicas, 1)
+	if progress == nil {
+		progress = func(string) {}
+	}
+	res := &SustainResult{OfferedRate: o.Rate, Writers: o.Writers, TxEvents: o.TxEvents, Replicas: o.Replicas, BatchSize: cfg.BatchSize, HoldXmin: o.HoldXmin}
+
+	lat := newLatencies()
+	hook := &acks{lat: lat}
+	var clients []*kgo.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for range o.Replicas {
+		c, err := kgo.NewClient(append(slices.Clone(kafkaOpts), append(relay.ProducerOptions(cfg), kgo.WithHooks(hook))...)...)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, c)
+	}
+	adm := kadm.NewClient(clients[0])
+	topic := fmt.Sprintf("bridge-bench-sustain-%d", time.Now().UnixNano())
+	if _, err := adm.CreateTopic(ctx, o.Partitions, -1, nil, topic); err != nil {
+		return nil, fmt.Errorf("create bench topic: %w", err)
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
+
+	if o.HoldXmin {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			conn.Release()
+			return nil, err
+		}
+		var xid int64
+		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
+			_ = tx.Rollback(ctx)
+			conn.Release()
+			return nil, err
+		}
+		progress(fmt.Sprintf("holding transaction %d open for the whole run (pins the xmin horizon)", xid))
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)); conn.Release() }()
+	}
+
+	type claimAt struct {
+		at time.Time
+		ms float64
+	}
+	var cmu sync.Mutex
+	var claims []claimAt
+	rc := cfg
+	rc.ClaimObserver = func(d time.Duration, _ int) {
+		cmu.Lock()
+		claims = append(claims, claimAt{time.Now(), float64(d.Microseconds()) / 1000})
+		cmu.Unlock()
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var relays sync.WaitGroup
+	defer func() { stop(); relays.Wait() }()
+	for _, c := range clients {
+		rc := rc
+		rc.MemberID = ""
+		r := relay.New(pool, c, rc)
+		relays.Add(1)
+		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
+	}
+
+	// Dead tuples once a minute, while the load runs.
+	var dead []int64
+	sampleDone := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampleDone:
+				return
+			case <-t.C:
+				dead = append(dead, deadTuples(ctx, pool))
+			}
+		}
+	}()
+
+	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d events per transaction)", o.Rate, o.Duration, o.Writers, o.TxEvents))
+	start := time.Now()
+	lr, err := offer(ctx, pool, load{topic: topic, assets: o.Assets, rate: o.Rate, duration: o.Duration, writers: o.Writers, txEvents: o.TxEvents}, lat)
+	close(sampleDone)
+	sampler.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if err := waitDrained(ctx, pool, topic, nil, 0); err != nil {
+		return nil, err
+	}
+	res.DurationSeconds = time.Since(start).Seconds()
+	res.Events, res.AchievedRate = lr.events, lr.achieved
+	_, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
+	res.DeadTuplesAtEnd = deadTuples(ctx, pool)
+
+	minutes := max(1, int(o.Duration/time.Minute))
+	for m := range minutes {
+		from, to := start.Add(time.Duration(m)*time.Minute), start.Add(time.Duration(m+1)*time.Minute)
+		if m == minutes-1 {
+			to = time.Now()
+		}
+		var ls, cs []float64
+		lat.mu.Lock()
+		for _, s := range lat.samples {
+			if !s.at.Before(from) && s.at.Before(to) {
+				ls = append(ls, float64(s.ms))
+			}
+		}
+		lat.mu.Unlock()
+		cmu.Lock()
+		for _, c := range claims {
+			if !c.at.Before(from) && c.at.Before(to) {
+				cs = append(cs, c.ms)
+			}
+		}
+		cmu.Unlock()
+		sm := SustainMinute{Minute: m + 1, Acked: len(ls), LatencyP99Ms: percentile(ls, 0.99), Claims: len(cs), ClaimP99Ms: percentile(cs, 0.99)}
+		if m < len(dead) {
+			sm.DeadTuples = dead[m]
+		}
+		res.Minutes = append(res.Minutes, sm)
+	}
+	res.ClaimP99FirstMinuteMs = res.Minutes[0].ClaimP99Ms
+	res.ClaimP99LastMinuteMs = res.Minutes[len(res.Minutes)-1].ClaimP99Ms
+	if lr.achieved < 0.98*float64(o.Rate) {
+		return res, fmt.Errorf("%w: committed %.0f events/s of the %d offered", ErrShortOfRate, lr.achieved, o.Rate)
+	}
+	return res, nil
+}
+
+// ErrShortOfRate: the writers could not commit the offered rate, so the run
+// does not measure the relay at that rate.
+var ErrShortOfRate = errors.New("offered rate not reached")
+
+func deadTuples(ctx context.Context, pool *pgxpool.Pool) int64 {
+	var n int64
+	_ = pool.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = 'bridge.outbox'::regclass`).Scan(&n)
+	return n
+}

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/relay"
+)
+
+// stage is one long-running part of the bridge as the command layer sees
+// it: what it needs from the environment and the runtime, and how to build
+// it. `bridge relay`, `consume` and `deliver` run one stage; `bridge run`
+// runs the list of all three in one process (runStages).
+type stage struct {
+	// name prefixes the stage's error when several run together.
+	name string
+	// needs is what the stage's configuration must contain.
+	needs config.Needs
+	// uses is what the shared runtime provides for it: gauges over the
+	// outbox or the deliveries, a Kafka readiness check.
+	uses serviceNeeds
+	// validate checks settings config.Load cannot (before any connection,
+	// so a bad value exits 2). nil: nothing more.
+	validate func(*config.Config) error
+	// build makes the stage on the runtime; close releases what build
+	// opened beyond the stage itself (nil: nothing).
+	build func(*config.Config, *runtime) (run func(context.Context) error, close func(), err error)
+}
+
+var relayStage = stage{
+	name:  "relay",
+	needs: config.Needs{Database: true, Kafka: true},
+	uses:  serviceNeeds{outbox: true, kafka: true},
+	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
+		r, closeRelay, err := newRelay(cfg, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		return r.Run, closeRelay, nil
+	},
+}
+
+var consumeStage = stage{
+	name:     "consume",
+	needs:    config.Needs{Database: true, Kafka: true, Topics: true},
+	uses:     serviceNeeds{kafka: true},
+	validate: func(cfg *config.Config) error { return consumer.ValidateTopics(cfg.Consumer.Topics) },
+	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
+		c, err := newConsumer(cfg, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Run closes the consumer; Close is safe twice, for a stage whose
+		// sibling failed to build before Run.
+		return c.Run, c.Close, nil
+	},
+}
+
+var deliverStage = stage{
+	name:  "deliver",
+	needs: config.Needs{Database: true},
+	uses:  serviceNeeds{deliveries: true},
+	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
+		d, err := newDeliverer(cfg, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d.Run, nil, nil
+	},
+}
+
+// allStages is `bridge run`.
+var allStages = []stage{relayStage, consumeStage, deliverStage}
+
+// needsOf is the union of the stages' needs.
+func needsOf(stages []stage) (config.Needs, serviceNeeds) {
+	var n config.Needs
+	var u serviceNeeds
+	for _, s := range stages {
+		n.Database = n.Database || s.needs.Database
+		n.Kafka = n.Kafka || s.needs.Kafka
+		n.Topics = n.Topics || s.needs.Topics
+		u.outbox = u.outbox || s.uses.outbox
+		u.deliveries = u.deliveries || s.uses.deliveries
+		u.kafka = u.kafka || s.uses.kafka
+	}
+	return n, u
+}
+
+// runStages is every long-running command: load and check the
+// configuration the stages need, start the shared runtime (waiting for
+// PostgreSQL and Kafka), build the stages and run them until ctx ends or
+// one fails — then the others are stopped too.
+func runStages(ctx context.Context, service string, stages ...stage) error {
+	needs, uses := needsOf(stages)
+	cfg, err := loadConfig(needs)
+	if err != nil {
+		return err
+	}
+	for _, s := range stages {
+		if s.validate != nil {
+			if err := s.validate(cfg); err != nil {
+				return err
+			}
+		}
+	}
+	rt, err := startRuntime(ctx, cfg, service, uses)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for dependencies: nothing ran
+		}
+		return err
+	}
+	defer rt.Close()
+	return runBuilt(ctx, cfg, rt, stages)
+}
+
+// runBuilt builds the stages on rt and runs them together.
+func runBuilt(ctx context.Context, cfg *config.Config, rt *runtime, stages []stage) error {
+	runs := make([]func(context.Context) error, len(stages))
+	for i, s := range stages {
+		run, closeFn, err := s.build(cfg, rt)
+		if err != nil {
+			return prefix(len(stages), s.name, err)
+		}
+		if closeFn != nil {
+			defer closeFn()
+		}
+		runs[i] = run
+	}
+	if len(stages) == 1 {
+		return runs[0](ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range stages {
+		g.Go(func() error { return prefix(len(stages), s.name, runs[i](gctx)) })
+	}
+	return g.Wait()
+}
+
+// prefix names the stage in an error when several run in one process.
+func prefix(n int, name string, err error) error {
+	if err == nil || n == 1 {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// newRelay builds the relay and its producer on the shared runtime. The
+// returned func closes the producer.
+func newRelay(cfg *config.Config, rt *runtime) (*relay.Relay, func(), error) {
+	rc := relay.ConfigFromEnv(cfg.Relay)
+	rc.Logger = rt.Logger
+	rc.TracerProvider = rt.TracerProvider
+	rc.Metrics = rt.RelayMetrics
+	client, err := newProducer(cfg, rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return relay.New(rt.Pool, client, rc), client.Close, nil
+}
+
+// newProducer builds the relay's Kafka client.
+func newProducer(cfg *config.Config, rc relay.Config) (*kgo.Client, error) {
+	opts, err := kafkaclient.Options(cfg.Kafka, nil)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(opts, relay.ProducerOptions(rc)...)...)
+}
+
+// newConsumer builds the consumer from CONSUMER_* and the shared runtime
+// (logger, pool, tracer provider).
+func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
+	kopts, err := kafkaclient.Options(cfg.Kafka, rt.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cc := consumer.ConfigFromEnv(cfg.Consumer)
+	cc.Logger = rt.Logger
+	cc.TracerProvider = rt.TracerProvider
+	c, err := consumer.New(rt.Pool, kopts, cc)
+	if err != nil {
+		return nil, err
+	}
+	// Counters and group lag on /metrics (internal/metrics).
+	if err := rt.ObserveConsumer(c, cc.Group); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newDeliverer builds the webhook Deliverer from WEBHOOK_* and the shared
+// runtime (pool, logger, tracer provider, metrics).
+func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) {
+	dc, err := delivery.ConfigFromEnv(cfg.Webhook)
+	if err != nil {
+		return nil, err
+	}
+	dc.Logger = rt.Logger
+	dc.TracerProvider = rt.TracerProvider
+	dc.Metrics = rt.DeliveryMetrics
+	return delivery.NewDeliverer(rt.Pool, dc)
+}

@@ -1,0 +1,174 @@
+package outboxstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Claimed is one claimed outbox row, as the relay produces it.
+type Claimed struct {
+	ID        uuid.UUID `db:"id"`
+	Seq       int64     `db:"seq"`
+	AssetSeq  int64     `db:"asset_seq"`
+	Topic     string    `db:"topic"`
+	AssetID   *string   `db:"asset_id"`
+	Lane      int       `db:"lane"`
+	EventType string    `db:"event_type"`
+	Payload   string    `db:"payload"` // "" when over the size limit
+	// PayloadBytes is the payload's size as JSON text, read in the claim.
+	PayloadBytes int               `db:"payload_bytes"`
+	Headers      map[string]string `db:"headers"`
+	Traceparent  string            `db:"traceparent"`
+	Tracestate   string            `db:"tracestate"`
+	Attempts     int               `db:"attempts"`
+	CreatedAt    time.Time         `db:"created_at"`
+	Replayed     bool              `db:"replayed"`
+	// Claimable is how many rows the claim found before the byte budget cut
+	// the batch (the same for every row of one claim).
+	Claimable int `db:"claimable"`
+}
+
+// AssetKey is the row's asset stream ("" for the null asset).
+func (w *Claimed) AssetKey() string {
+	if w.AssetID == nil {
+		return ""
+	}
+	return *w.AssetID
+}
+
+// claimSQL returns the next NEW rows of the lanes this replica holds, in seq
+// order. No row lock is needed: a lane has one owner, and only the owner's
+// single relay loop claims from it.
+//
+// The lease is checked here and not only by the keeper's last tick: a replica
+// whose renewals stalled must stop claiming a lane before its lease can lapse
+// and another replica produce the same asset alongside it. The check is the
+// fence (bridge.relay_fence, migration 00010) with a margin, and it is a
+// one-time filter over the whole statement — every lane asked for must still
+// be held — so it costs one lookup per claim, not one per row.
+//
+// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
+// waits for its retry; without the hold, the next claim would hand out X's
+// row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
+// skipped; rows of every other asset still flow. A FAILED row is not NEW, so
+// a parked row holds nothing back.
+//
+// Sizes are checked here, not after reading (payload_bytes, migration
+// 00011): a row whose payload is over $7 bytes comes back with its size and
+// an empty payload, so the relay parks it
+// without ever holding it (a batch of 25 MB rows read whole before the check
+// took the relay's memory to hundreds of MiB, and enough of them would have
+// killed it, leaving them NEW to be claimed again after every restart). The
+// batch is also bounded by bytes: rows stop once the payloads returned reach
+// $8 (the first row is always returned, so a budget below one payload still
+// makes progress). The relay's memory is then bounded by RELAY_BATCH_BYTES,
+// not by RELAY_BATCH_SIZE times the largest payload.
+//
+// $4 is a resume cursor. Marking rows SENT leaves dead entries in the NEW
+// index until vacuum, and a scan from the lowest seq walks all of them: while
+// draining a large backlog every claim would cost more than the one before.
+// So while a drain is under way the claim resumes after the last seq it
+// claimed. Rows at or below the cursor that are still NEW (a transaction that
+// committed late, a row of a lane just taken over) are left for the next full
+// scan (cursor 0), which runs whenever the relay catches up and at least once
+// per poll interval. Their assets' later rows must wait for them: the relay
+// checks every claimed asset's predecessor (predecessorsSQL) before producing.
+const claimSQL = `
+WITH c AS (
+  SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload, o.payload_bytes,
+         o.headers, o.traceparent, o.tracestate, o.attempts, o.created_at, o.replayed_at,
+         -- bytes this row costs the batch: an oversized row's payload is
+         -- never read, so it costs nothing
+         CASE WHEN o.payload_bytes <= $7 THEN o.payload_bytes ELSE 0 END AS cost
+  FROM bridge.outbox o
+  WHERE o.status = 'NEW'
+    AND o.lane = ANY($1::int[])
+    AND $1::int[] <@ (SELECT bridge.relay_fence($5, $6::interval))
+    AND o.seq > $4
+    AND o.next_attempt_at <= now()
+    AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
+    AND NOT EXISTS (
+      SELECT 1 FROM bridge.outbox e
+      WHERE e.status = 'NEW'
+        AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
+        AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
+        AND e.seq < o.seq
+        AND e.next_attempt_at > now())
+  ORDER BY o.seq
+  LIMIT $2
+),
+budget AS (
+  SELECT c.*, sum(cost) OVER (ORDER BY seq) AS running, count(*) OVER () AS claimable FROM c
+)
+SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
+       CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
+       headers, coalesce(traceparent, '') AS traceparent, coalesce(tracestate, '') AS tracestate,
+       attempts, created_at, replayed_at IS NOT NULL AS replayed, claimable
+FROM budget
+WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
+ORDER BY seq`
+
+// ClaimParams select the rows a claim returns.
+type ClaimParams struct {
+	Member string        // the replica claiming (bridge.relay_lanes.owner)
+	Lanes  []int         // lanes it claims from; all must still be held
+	Margin time.Duration // lease that must be left on every lane
+	Limit  int           // rows at most
+	After  int64         // resume cursor: only rows with seq above it (0: all)
+	// Exclude are seqs of rows still being settled: they are NEW until the
+	// settlement is written and must not be claimed twice.
+	Exclude []int64
+	// MaxPayloadBytes: a larger payload is not returned (only its size).
+	MaxPayloadBytes int
+	// BatchBytes bounds the payload bytes one claim returns.
+	BatchBytes int
+}
+
+// Claim returns the next rows to produce (see claimSQL), and whether more
+// were waiting: the limit was reached or the byte budget cut the batch.
+func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) {
+	exclude := p.Exclude
+	if exclude == nil {
+		exclude = []int64{}
+	}
+	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+	if err != nil {
+		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	more := len(claimed) > 0 && (claimed[0].Claimable >= p.Limit || len(claimed) < claimed[0].Claimable)
+	return claimed, more, nil
+}
+
+// predecessorsSQL returns the status of the event just before the first
+// claimed row of each asset (asset_seq is gapless, so "the one before" is a
+// point lookup on the unique (asset, asset_seq) index, whatever the table's
+// history). A NEW predecessor that is not part of this batch means an earlier
+// event of the asset has not gone out yet: the asset's rows wait.
+const predecessorsSQL = `
+SELECT k.asset_key, o.status
+FROM unnest($1::text[], $2::bigint[]) AS k(asset_key, asset_seq)
+JOIN bridge.outbox o ON coalesce(o.asset_id, '') = k.asset_key AND o.asset_seq = k.asset_seq`
+
+// Predecessors returns, for each (asset key, asset_seq) asked for that
+// exists, the status of that row.
+func Predecessors(ctx context.Context, db DB, keys []string, assetSeqs []int64) (map[string]string, error) {
+	rows, err := db.Query(ctx, predecessorsSQL, keys, assetSeqs)
+	if err != nil {
+		return nil, fmt.Errorf("check predecessors: %w", err)
+	}
+	out := map[string]string{}
+	var k, status string
+	_, err = pgx.ForEachRow(rows, []any{&k, &status}, func() error { out[k] = status; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("check predecessors: %w", err)
+	}
+	return out, nil
+}

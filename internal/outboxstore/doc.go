@@ -1,0 +1,32 @@
+// Package outboxstore owns bridge.outbox: every statement over the table
+// lives here, next to the comment that says why it is written the way it is.
+// The relay claims and settles rows through it, operators (CLI, admin API,
+// metrics) read and replay through it, and the demo and the relay benchmark
+// fill, count and clear their own topics through it. Applications write the
+// table only through the SQL function bridge.enqueue (package outbox).
+//
+// Every function takes a DB — a pool, a connection or a transaction — and
+// leaves timeouts to the caller.
+package outboxstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the statements run on: *pgxpool.Pool, *pgx.Conn and pgx.Tx all
+// satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Interval renders d as a PostgreSQL interval literal (millisecond
+// precision), for the `$n::interval` parameters.
+func Interval(d time.Duration) string { return fmt.Sprintf("%d milliseconds", d.Milliseconds()) }

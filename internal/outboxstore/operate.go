@@ -1,0 +1,176 @@
+package outboxstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// The operator's view of the table: `bridge outbox stats|failed|replay`, the
+// admin API and the outbox gauges.
+
+const statsByStatusSQL = `SELECT status, count(*) FROM bridge.outbox GROUP BY status`
+
+const oldestNewSQL = `
+SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM bridge.outbox WHERE status = 'NEW'`
+
+const failedByTopicSQL = `
+SELECT topic, count(*) FROM bridge.outbox WHERE status = 'FAILED' GROUP BY topic ORDER BY topic`
+
+// Stats is what `bridge outbox stats` shows and the metrics export.
+type Stats struct {
+	ByStatus map[string]int64 `json:"by_status"`
+	// OldestNewAgeSeconds is the age of the oldest NEW row: the relay lag an
+	// operator alerts on (0 when nothing is waiting).
+	OldestNewAgeSeconds float64          `json:"oldest_new_age_seconds"`
+	FailedByTopic       map[string]int64 `json:"failed_by_topic"`
+}
+
+// ReadStats reads outbox counts by status, the oldest NEW row's age and
+// FAILED rows by topic.
+func ReadStats(ctx context.Context, db DB) (Stats, error) {
+	st := Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}, FailedByTopic: map[string]int64{}}
+	if err := scanCounts(ctx, db, statsByStatusSQL, st.ByStatus); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	if err := db.QueryRow(ctx, oldestNewSQL).Scan(&st.OldestNewAgeSeconds); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	if err := scanCounts(ctx, db, failedByTopicSQL, st.FailedByTopic); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", err)
+	}
+	return st, nil
+}
+
+func scanCounts(ctx context.Context, db DB, sql string, into map[string]int64) error {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	var k string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error { into[k] = n; return nil })
+	return err
+}
+
+// listFailedSQL pages FAILED rows in seq order after seq $4 (0: from the
+// start; a keyset cursor stays stable while rows are replayed or parked
+// between two pages). The payload is read only when asked for ($3).
+const listFailedSQL = `
+SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, '') AS last_error,
+       created_at, failed_at, CASE WHEN $3 THEN payload::text END AS payload
+FROM bridge.outbox
+WHERE status = 'FAILED' AND ($1 = '' OR topic = $1) AND seq > $4
+ORDER BY seq
+LIMIT $2`
+
+// FailedRow is a parked row as operators see it. Payload is empty unless
+// asked for: the listing is for triage, not for reading event contents.
+type FailedRow struct {
+	ID        uuid.UUID  `json:"id" db:"id"`
+	Seq       int64      `json:"seq" db:"seq"`
+	AssetSeq  int64      `json:"asset_seq" db:"asset_seq"`
+	Topic     string     `json:"topic" db:"topic"`
+	AssetID   *string    `json:"asset_id" db:"asset_id"`
+	EventType string     `json:"event_type" db:"event_type"`
+	Attempts  int        `json:"attempts" db:"attempts"`
+	LastError string     `json:"last_error" db:"last_error"`
+	CreatedAt time.Time  `json:"created_at" db:"created_at"`
+	FailedAt  *time.Time `json:"failed_at" db:"failed_at"`
+	Payload   *string    `json:"payload,omitempty" db:"payload"`
+}
+
+// ListFailed returns up to limit FAILED rows with seq above afterSeq, in seq
+// order (topic "" = all; afterSeq 0 = from the start).
+func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload bool, afterSeq int64) ([]FailedRow, error) {
+	rows, err := db.Query(ctx, listFailedSQL, topic, limit, withPayload, afterSeq)
+	if err != nil {
+		return nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[FailedRow])
+	if err != nil {
+		return nil, fmt.Errorf("list failed outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps
+// its seq, so it goes out before any later row of its asset that is still NEW.
+// Each requested id comes back once: replayed, or the status it has (NULL:
+// no such row). The outer read of bridge.outbox sees the statement's
+// snapshot, before the update.
+const replayByIDSQL = `
+WITH req AS (SELECT DISTINCT unnest($1::uuid[]) AS id),
+r AS (
+  UPDATE bridge.outbox o
+  SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+  WHERE o.status = 'FAILED' AND o.id = ANY($1::uuid[])
+  RETURNING o.id
+)
+SELECT req.id, r.id IS NOT NULL, o.status
+FROM req LEFT JOIN r ON r.id = req.id LEFT JOIN bridge.outbox o ON o.id = req.id
+ORDER BY req.id`
+
+const replayAllSQL = `
+UPDATE bridge.outbox
+SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
+  AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)`
+
+// NotReplayed is an id ReplayIDs left alone, and why.
+type NotReplayed struct {
+	ID     uuid.UUID `json:"id"`
+	Reason string    `json:"reason"` // "no such outbox row", "is SENT, not FAILED", …
+}
+
+// ReplayIDs returns the given FAILED rows to NEW with attempts reset. They
+// keep their seq and their trace: the replayed send continues the original
+// trace. Every other id is reported with the reason it was left alone (it
+// does not exist, or is not FAILED): an id mistyped or already replayed
+// used to vanish into "replayed 0 row(s)".
+func ReplayIDs(ctx context.Context, db DB, ids []uuid.UUID) (replayed []uuid.UUID, notReplayed []NotReplayed, err error) {
+	rows, err := db.Query(ctx, replayByIDSQL, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		var ok bool
+		var status *string
+		if err := rows.Scan(&id, &ok, &status); err != nil {
+			return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+		}
+		switch {
+		case ok:
+			replayed = append(replayed, id)
+		case status == nil:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "no such outbox row"})
+		default:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "is " + *status + ", not FAILED"})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return replayed, notReplayed, nil
+}
+
+// ReplayAllFailed returns every FAILED row (of topic, if not "", and failed
+// within since, if > 0) to NEW.
+func ReplayAllFailed(ctx context.Context, db DB, topic string, since time.Duration) (int64, error) {
+	var sinceArg *string
+	if since > 0 {
+		s := Interval(since)
+		sinceArg = &s
+	}
+	tag, err := db.Exec(ctx, replayAllSQL, topic, sinceArg)
+	if err != nil {
+		return 0, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,124 @@
+package outboxstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Every statement that records an outcome is fenced: `o.lane = ANY(fence)`
+// with the lanes bridge.relay_fence (migration 00010) says this replica still
+// holds. A replica that stalled past its lease (GC, network) may still see
+// acks for records it produced, but it must not mark rows of a lane another
+// replica now owns. The duplicate it produced is harmless (same dedup-id); a
+// mark is not. The fence is a scalar subquery so it runs once per statement.
+
+// markSentSQL records the broker's acknowledgement.
+const markSentSQL = `
+UPDATE bridge.outbox o
+SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
+FROM unnest($2::uuid[], $3::int[], $4::bigint[]) AS m(id, part, off)
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
+
+// Ack is one broker acknowledgement to record.
+type Ack struct {
+	ID        uuid.UUID
+	Partition int32
+	Offset    int64
+}
+
+// MarkSent marks acknowledged rows SENT and returns how many it marked (fewer
+// than asked when a lane's lease was lost meanwhile).
+func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, error) {
+	ids := make([]uuid.UUID, len(acks))
+	parts := make([]int32, len(acks))
+	offs := make([]int64, len(acks))
+	for i, a := range acks {
+		ids[i], parts[i], offs[i] = a.ID, a.Partition, a.Offset
+	}
+	tag, err := db.Exec(ctx, markSentSQL, member, ids, parts, offs)
+	if err != nil {
+		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// chargeSQL counts a failed send that belongs to the row: attempts+1, the
+// error, the next try after the backoff — or FAILED when the budget is spent,
+// so the row stops holding back its asset.
+const chargeSQL = `
+UPDATE bridge.outbox o
+SET attempts = o.attempts + 1,
+    last_error = m.err,
+    next_attempt_at = now() + m.delay_ms * interval '1 millisecond',
+    status = CASE WHEN o.attempts + 1 >= $5 THEN 'FAILED' ELSE 'NEW' END,
+    failed_at = CASE WHEN o.attempts + 1 >= $5 THEN now() END
+FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS m(id, err, delay_ms)
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])
+RETURNING o.id, o.status, o.attempts`
+
+// Charge is one failed send charged to its row.
+type Charge struct {
+	ID      uuid.UUID
+	Err     string
+	DelayMs int64 // backoff before the next attempt
+}
+
+// Charged is a charged row's new state.
+type Charged struct {
+	ID       uuid.UUID `db:"id"`
+	Status   string    `db:"status"` // NEW (will retry) or FAILED (budget spent)
+	Attempts int       `db:"attempts"`
+}
+
+// ChargeAttempts charges each row one attempt; a row reaching maxAttempts is
+// parked as FAILED.
+func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int) ([]Charged, error) {
+	ids := make([]uuid.UUID, len(charges))
+	errs := make([]string, len(charges))
+	delays := make([]int64, len(charges))
+	for i, c := range charges {
+		ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
+	}
+	rows, err := db.Query(ctx, chargeSQL, member, ids, errs, delays, maxAttempts)
+	if err != nil {
+		return nil, fmt.Errorf("charge outbox attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
+	if err != nil {
+		return nil, fmt.Errorf("charge outbox attempts: %w", err)
+	}
+	return out, nil
+}
+
+// parkSQL parks rows that retrying cannot fix (too large, invalid topic,
+// authorization refused) at once, with the reason.
+const parkSQL = `
+UPDATE bridge.outbox o
+SET status = 'FAILED', attempts = o.attempts + 1, last_error = m.err, failed_at = now()
+FROM unnest($2::uuid[], $3::text[]) AS m(id, err)
+WHERE o.id = m.id AND o.status = 'NEW'
+  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
+
+// Park is one row to park, with the reason operators will read.
+type Park struct {
+	ID     uuid.UUID
+	Reason string
+}
+
+// ParkRows parks rows as FAILED.
+func ParkRows(ctx context.Context, db DB, member string, parks []Park) error {
+	ids := make([]uuid.UUID, len(parks))
+	reasons := make([]string, len(parks))
+	for i, p := range parks {
+		ids[i], reasons[i] = p.ID, p.Reason
+	}
+	if _, err := db.Exec(ctx, parkSQL, member, ids, reasons); err != nil {
+		return fmt.Errorf("park outbox rows: %w", err)
+	}
+	return nil
+}

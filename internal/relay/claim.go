@@ -1,0 +1,131 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+)
+
+// Claim: which rows a cycle may produce, in order.
+
+// row is one claimed outbox row.
+type row = outboxstore.Claimed
+
+// claim reads the next batch. See outboxstore's claimSQL for the cursor: the
+// claim resumes after the last row it claimed while a drain is under way, and
+// scans from the start whenever it caught up or the poll interval passed.
+func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, bool, error) {
+	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+	defer cancel()
+	cursor := r.cursor
+	if time.Since(r.lastFullScan) >= r.cfg.PollInterval {
+		cursor = 0
+	}
+	if cursor == 0 {
+		r.lastFullScan = time.Now()
+	}
+	started := time.Now()
+	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
+		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
+		Limit: r.cfg.BatchSize, After: cursor, Exclude: exclude,
+		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if r.cfg.ClaimObserver != nil {
+		r.cfg.ClaimObserver(time.Since(started), len(claimed))
+	}
+	if !more {
+		r.cursor = 0 // caught up: the next claim scans from the start
+	} else {
+		r.cursor = claimed[len(claimed)-1].Seq
+	}
+	return claimed, more, nil
+}
+
+// inOrder keeps, per asset, only the claimed rows that can go out now: the
+// asset's first claimed row must follow an event that is no longer NEW (or
+// was acked in the batch whose outcome is being written), and the rows after
+// it must continue its asset_seq without a gap. Rows it drops stay NEW and are
+// claimed again by a later cycle, in order. This is what makes the claim's
+// resume cursor safe (see outboxstore's claimSQL).
+func (r *Relay) inOrder(ctx context.Context, claimed []*row, inflight *settlement) ([]*row, error) {
+	first := map[string]int64{}
+	var keys []string
+	var seqs []int64
+	for _, w := range claimed {
+		k := w.AssetKey()
+		if _, ok := first[k]; ok {
+			continue
+		}
+		first[k] = w.AssetSeq
+		if w.AssetSeq > 1 {
+			keys = append(keys, k)
+			seqs = append(seqs, w.AssetSeq-1)
+		}
+	}
+	acked := map[string]int64{} // asset → highest asset_seq acked in flight
+	if inflight != nil {
+		for _, i := range inflight.sent {
+			w := inflight.rows[i]
+			acked[w.AssetKey()] = max(acked[w.AssetKey()], w.AssetSeq)
+		}
+	}
+	blocked := map[string]bool{}
+	if len(keys) > 0 {
+		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+		defer cancel()
+		statuses, err := outboxstore.Predecessors(qctx, r.pool, keys, seqs)
+		if err != nil {
+			return nil, err
+		}
+		for k, status := range statuses {
+			if status == "NEW" && acked[k] != first[k]-1 {
+				blocked[k] = true
+			}
+		}
+	}
+	next := map[string]int64{}
+	out := claimed[:0:0]
+	for _, w := range claimed {
+		k := w.AssetKey()
+		if blocked[k] {
+			continue
+		}
+		if want, ok := next[k]; ok && w.AssetSeq != want {
+			blocked[k] = true // a gap: the missing row was not claimed
+			continue
+		}
+		next[k] = w.AssetSeq + 1
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// sameTopicRuns keeps, per asset, only the leading rows that go to the same
+// topic as the asset's first row in the batch. Records of one asset to one
+// topic share a partition, and franz-go fails a partition's buffered records
+// together, so a failure there cannot be overtaken. Records to another topic
+// would be produced concurrently and could land while an earlier row of the
+// asset is failing; they wait for the next cycle instead.
+func sameTopicRuns(rows []*row) []*row {
+	topicOf := map[string]string{}
+	stopped := map[string]bool{}
+	out := rows[:0:0]
+	for _, w := range rows {
+		k := w.AssetKey()
+		if stopped[k] {
+			continue
+		}
+		if t, seen := topicOf[k]; seen && t != w.Topic {
+			stopped[k] = true
+			continue
+		}
+		topicOf[k] = w.Topic
+		out = append(out, w)
+	}
+	return out
+}

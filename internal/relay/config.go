@@ -1,0 +1,106 @@
+package relay
+
+import (
+	"cmp"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/service"
+)
+
+// Config configures a Relay. Zero values take the defaults given.
+type Config struct {
+	// MaxAttempts is the number of failed sends charged to a row before it is
+	// parked as FAILED. Default 10.
+	MaxAttempts int
+	// BackoffBase is the delay before the second attempt; it doubles with
+	// each attempt up to BackoffMax. Default 7s (10 attempts span ~1 hour).
+	BackoffBase time.Duration
+	// BackoffMax caps one backoff delay. Default 30m.
+	BackoffMax time.Duration
+	// BatchSize is the number of rows claimed and produced per cycle. Default 1000.
+	BatchSize int
+	// BatchBytes bounds the payload bytes claimed per cycle, so the relay's
+	// memory is bounded by bytes and not by BatchSize times the largest
+	// payload (a batch always holds at least one row). Default 16 MiB.
+	BatchBytes int
+	// PollInterval is the fallback poll when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration
+	// LeaseTimeout is the lane lease; a dead replica's lanes move after at
+	// most this. Default 15s.
+	LeaseTimeout time.Duration
+	// ProduceTimeout bounds one produce attempt (franz-go would otherwise
+	// retry a retriable error forever and the row would never be counted).
+	// Default 30s.
+	ProduceTimeout time.Duration
+	// Retention: SENT rows older than this are deleted. Default 24h.
+	Retention time.Duration
+	// MaxMessageBytes: a payload larger than this is parked without sending.
+	// Default 1000000.
+	MaxMessageBytes int
+	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
+	// random id per Relay (a restarted process never inherits a zombie's
+	// leases).
+	MemberID string
+	// TracerProvider for the PRODUCER spans. Default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Metrics receives counters; nil records nothing.
+	Metrics Metrics
+	// Logger; default discards.
+	Logger *slog.Logger
+	// ClaimObserver, when set, is told how long each claim statement took
+	// and how many rows it returned (benchmarks track the claim's cost over
+	// a run with it). Default: none.
+	ClaimObserver func(took time.Duration, rows int)
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.BackoffBase = cmp.Or(c.BackoffBase, 7*time.Second)
+	c.BackoffMax = cmp.Or(c.BackoffMax, 30*time.Minute)
+	c.BatchSize = cmp.Or(c.BatchSize, 1000)
+	c.BatchBytes = cmp.Or(c.BatchBytes, 16<<20)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 15*time.Second)
+	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, 30*time.Second)
+	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 1000000)
+	if c.MemberID == "" {
+		c.MemberID = service.ReplicaID()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Metrics is what the relay reports as it works (implemented by the
+// observability package; see docs/observability.md).
+type Metrics interface {
+	// Produced counts rows acknowledged by the broker, with the
+	// commit→ack latency of each.
+	Produced(topic string, latency time.Duration)
+	// AttemptCharged counts a failed send charged to a row.
+	AttemptCharged(topic string)
+	// Parked counts rows parked as FAILED, by reason (poison, exhausted).
+	Parked(topic, reason string)
+	// Outage reports whether the relay currently sees no reachable broker.
+	Outage(active bool)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Produced(string, time.Duration) {}
+func (noMetrics) AttemptCharged(string)          {}
+func (noMetrics) Parked(string, string)          {}
+func (noMetrics) Outage(bool)                    {}

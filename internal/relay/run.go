@@ -1,0 +1,238 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/service"
+)
+
+// The run loop: leases, NOTIFY wake-ups, retention, outage back-off and
+// graceful shutdown around the cycle.
+
+// Relay moves NEW outbox rows to Kafka.
+type Relay struct {
+	pool   *pgxpool.Pool
+	client *kgo.Client
+	cfg    Config
+	lanes  *laneKeeper
+	tracer trace.Tracer
+	log    *slog.Logger
+
+	// cursor and lastFullScan are the claim's resume point (see claimSQL);
+	// only the relay loop touches them.
+	cursor       int64
+	lastFullScan time.Time
+	// unchargedRetryUsed: a batch where nothing got through while a broker
+	// answered was already retried once without charging (see cycle).
+	unchargedRetryUsed bool
+	// noChargeUntil: retriable failures before this time (just after an
+	// outage) are retried without charging the rows.
+	noChargeUntil time.Time
+
+	// testCrashAfterProduce, when set and returning true, makes the cycle stop
+	// between produce and mark and Run return at once without releasing its
+	// lanes: a process crash at the worst moment, for tests.
+	testCrashAfterProduce func() bool
+}
+
+var errSimulatedCrash = errors.New("simulated crash")
+
+// New returns a relay producing with client (built with ProducerOptions).
+func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
+	cfg = cfg.WithDefaults()
+	host, _ := os.Hostname()
+	return &Relay{
+		pool:   pool,
+		client: client,
+		cfg:    cfg,
+		lanes:  newLaneKeeper(pool, cfg.MemberID, host, cfg.LeaseTimeout, cfg.Logger),
+		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
+		log:    cfg.Logger,
+	}
+}
+
+// MemberID is this replica's id in bridge.relay_lanes.
+func (r *Relay) MemberID() string { return r.cfg.MemberID }
+
+// OwnedLanes returns the lanes this replica holds now.
+func (r *Relay) OwnedLanes() []int { return r.lanes.Owned() }
+
+// Run relays until ctx is cancelled. On cancellation it stops claiming, waits
+// for the acknowledgements of what is in flight, marks them, releases its
+// lanes so other replicas take over at once, and returns nil.
+func (r *Relay) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stopBg()
+		wg.Wait()
+	}()
+
+	if err := r.lanes.tick(ctx); err != nil {
+		return err
+	}
+	wg.Add(3)
+	go func() { defer wg.Done(); r.keepLanes(bgCtx) }()
+	go func() { defer wg.Done(); r.listen(bgCtx, wake) }()
+	go func() { defer wg.Done(); r.retain(bgCtx) }()
+
+	r.log.InfoContext(ctx, "relay started", "member", r.cfg.MemberID, "lanes", len(r.lanes.Owned()), "batch_size", r.cfg.BatchSize)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	// The cycle and its settlement are not cancelled by ctx: once rows are
+	// produced, their acks are awaited and marked even during shutdown.
+	work := context.WithoutCancel(ctx)
+	var inflight *settlement
+	settle := func() {
+		if inflight == nil {
+			return
+		}
+		<-inflight.done
+		if inflight.err != nil {
+			// The rows stay NEW and go out again with the same dedup-id: at
+			// least once, never lost.
+			r.log.ErrorContext(ctx, "record relay outcomes", "error", inflight.err)
+		}
+		inflight = nil
+	}
+	defer settle()
+	for {
+		if r.lanes.hasSurplus() {
+			// Lanes change hands only with nothing of theirs in flight.
+			settle()
+			r.lanes.releaseSurplus(ctx)
+		}
+		owned := r.lanes.Owned()
+		full := false
+		if len(owned) > 0 {
+			res, next, err := r.cycle(work, owned, inflight)
+			if errors.Is(err, errSimulatedCrash) {
+				return err
+			}
+			settle()
+			if next != nil {
+				inflight = next
+				go func(s *settlement) { s.err = s.write(work, r); close(s.done) }(next)
+			}
+			switch {
+			case err != nil:
+				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
+			case res.outage:
+				settle()
+				if !r.waitForBroker(ctx) {
+					return r.shutdown(ctx)
+				}
+				// The client's partitions recover one by one after an outage
+				// (reconnects, a new producer epoch after cancelled records):
+				// timeouts in the first produce attempts are the outage's tail,
+				// not the rows' fault. Until a batch goes through cleanly (or
+				// the window passes), retriable failures are not charged.
+				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
+				continue
+			default:
+				full = res.more
+			}
+		}
+		if !full {
+			settle()
+		}
+		if ctx.Err() != nil {
+			settle()
+			return r.shutdown(ctx)
+		}
+		if full {
+			continue // more is waiting: no need to wait for a NOTIFY
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return r.shutdown(ctx)
+		case <-wake:
+		case <-r.lanes.changed:
+		case <-poll.C:
+		}
+	}
+}
+
+func (r *Relay) shutdown(runCtx context.Context) error {
+	if errors.Is(context.Cause(runCtx), errSimulatedCrash) {
+		return errSimulatedCrash // a dead process releases nothing
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), database.QueryTimeout)
+	defer cancel()
+	r.lanes.releaseAll(ctx)
+	r.log.InfoContext(ctx, "relay stopped", "member", r.cfg.MemberID)
+	return nil
+}
+
+func (r *Relay) keepLanes(ctx context.Context) {
+	// Renew well within the lease so one slow round trip does not lose it.
+	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log}, r.lanes.tick)
+}
+
+// listen wakes the loop on NOTIFY bridge_outbox (sent by a trigger at
+// commit), so an event is produced within milliseconds of its commit; the
+// poll interval is only the fallback when the listener is reconnecting.
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	service.Listen(ctx, service.Listener{Pool: r.pool, Channel: "bridge_outbox", Logger: r.log}, wake)
+}
+
+// retain deletes SENT rows past the retention in bounded batches.
+func (r *Relay) retain(ctx context.Context) {
+	service.Every(ctx, service.Loop{Name: "outbox retention", Interval: min(max(r.cfg.Retention/10, time.Second), time.Minute), Logger: r.log},
+		func(ctx context.Context) error {
+			_, err := DeleteSent(ctx, r.pool, r.cfg.Retention)
+			return err
+		})
+}
+
+// DeleteSent deletes SENT rows older than retention, in batches of
+// outboxstore.DeleteSentChunk, and returns how many it removed.
+func DeleteSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
+	return service.PruneInBatches(ctx, service.Prune{Batch: outboxstore.DeleteSentChunk, Timeout: database.QueryTimeout},
+		func(ctx context.Context, limit int) (int64, error) {
+			return outboxstore.DeleteSentBatch(ctx, pool, retention, limit)
+		})
+}
+
+// waitForBroker backs off while no broker answers, probing until one does.
+// Nothing is charged meanwhile: an outage is not any row's fault.
+func (r *Relay) waitForBroker(ctx context.Context) bool {
+	r.cfg.Metrics.Outage(true)
+	defer r.cfg.Metrics.Outage(false)
+	delay := 250 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.client.Ping(pctx)
+		cancel()
+		if err == nil {
+			r.log.InfoContext(ctx, "broker reachable again; resuming")
+			return true
+		}
+		r.log.WarnContext(ctx, "broker unreachable; waiting (no attempts charged)", "error", err, "retry_in", delay)
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+type cycleResult struct {
+	claimed int
+	more    bool // the claim left rows behind (batch limit or byte budget)
+	outage  bool
+}
