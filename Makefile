@@ -15,7 +15,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: all build services services-down chromium test vet test-go test-deploy bench demo clean
+.PHONY: fuzz all build services services-down chromium test vet test-go test-deploy bench demo clean
 
 all: build
 
@@ -44,6 +44,7 @@ test: services chromium
 	$(GO) vet ./...
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
 	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	scripts/fuzz.sh
 	$(MAKE) --no-print-directory test-deploy
 
 vet:
@@ -82,3 +83,7 @@ chaos: services build
 
 chaos-short: services build
 	env $(TEST_ENV) $(GO) test -count=1 -timeout 15m -v ./internal/chaos/...
+
+# Every fuzz target for FUZZTIME each (make test runs them for 8s each).
+fuzz:
+	FUZZTIME=$${FUZZTIME:-2m} scripts/fuzz.sh

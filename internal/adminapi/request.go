@@ -93,6 +93,9 @@ func checkKeys(body []byte, dst any) error {
 				if path != "" {
 					field = path + "." + key
 				}
+				if field == "" {
+					field = "body" // the empty key: name the body
+				}
 				if seen[key] {
 					return badRequest(field, fmt.Sprintf("%q is given twice; give each field once", key))
 				}
@@ -148,6 +151,10 @@ func jsonError(err error, dst any) error {
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ = strconv.Unquote(name)
+		if name == "" {
+			// {"": …}: still say which part of the request is wrong.
+			return badRequest("body", fmt.Sprintf(`the empty key "" is not a field of this request (known fields: %s)`, knownFields(dst)))
+		}
 		return badRequest(name, fmt.Sprintf("is not a field of this request (known fields: %s)", knownFields(dst)))
 	}
 	return badRequest("body", "malformed JSON: "+err.Error())
