@@ -189,11 +189,20 @@ func TestOutboxEndpoints(t *testing.T) {
 		t.Fatalf("failed row lacks its attempts or last error: %v", items[0])
 	}
 
-	// Replay by id: only that row returns to NEW; one id that is not
-	// FAILED counts nothing.
+	// Replay by id: only that row returns to NEW; an id that does not
+	// exist is named with the reason.
 	res = b.do(t, "POST", "/api/v1/outbox/replay", fmt.Sprintf(`{"ids": [%q, "00000000-0000-4000-8000-000000000000"]}`, ids[0])).want(t, http.StatusOK)
 	if n := res.obj(t)["replayed"]; n != float64(1) {
 		t.Fatalf("replayed %v, want 1", n)
+	}
+	if nr, _ := res.obj(t)["not_replayed"].([]any); len(nr) != 1 || nr[0].(map[string]any)["id"] != "00000000-0000-4000-8000-000000000000" ||
+		nr[0].(map[string]any)["reason"] != "no such outbox row" {
+		t.Fatalf("not_replayed = %v, want the unknown id with its reason", res.obj(t)["not_replayed"])
+	}
+	// Again: now NEW, so not FAILED.
+	res = b.do(t, "POST", "/api/v1/outbox/replay", fmt.Sprintf(`{"ids": [%q]}`, ids[0])).want(t, http.StatusOK)
+	if nr, _ := res.obj(t)["not_replayed"].([]any); res.obj(t)["replayed"] != float64(0) || len(nr) != 1 || nr[0].(map[string]any)["reason"] != "is NEW, not FAILED" {
+		t.Fatalf("second replay = %s", res.Body)
 	}
 	var status string
 	var attempts int
@@ -369,6 +378,15 @@ func TestDeliveriesEndpoints(t *testing.T) {
 	if rv := res.obj(t)["revived"].([]any); len(rv) != 2 {
 		t.Fatalf("revived %v", rv)
 	}
+	if _, ok := res.obj(t)["not_revived"]; ok {
+		t.Fatalf("not_revived present when every id was revived: %s", res.Body)
+	}
+	// Ids not revived are named with the reason: not dead, or no such one.
+	res = b.do(t, "POST", "/api/v1/deliveries/revive", fmt.Sprintf(`{"ids": [%d, 999999999]}`, ids[0])).want(t, http.StatusOK)
+	want := []any{map[string]any{"id": float64(ids[0]), "reason": "is pending, not dead"}, map[string]any{"id": float64(999999999), "reason": "no such delivery"}}
+	if rv := res.obj(t)["revived"].([]any); len(rv) != 0 || fmt.Sprint(res.obj(t)["not_revived"]) != fmt.Sprint(want) {
+		t.Fatalf("revive of ids not dead = %s, want not_revived %v", res.Body, want)
+	}
 	res = b.do(t, "POST", "/api/v1/deliveries/revive", fmt.Sprintf(`{"subscription_id": %q, "dead": true}`, sub)).want(t, http.StatusOK)
 	if rv := res.obj(t)["revived"].([]any); len(rv) != 4 {
 		t.Fatalf("revived %v, want the other 4", rv)
@@ -510,6 +528,18 @@ func TestBadInput(t *testing.T) {
 		{"NUL in event type", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["a\u0000"]}`, 400, "event_types"},
 		{"NUL in reason", "POST", s + "/disable", `{"reason": "\u0000"}`, 400, "reason"},
 		{"empty patch", "PATCH", s, `{}`, 400, "body"},
+		// Bounds: URLs and reasons that could never work or fill every
+		// listing; ports that do not exist.
+		{"URL too long", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/` + strings.Repeat("a", 10000) + `", "event_types": ["*"]}`, 400, "url"},
+		{"URL port out of range", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com:99999/h", "event_types": ["*"]}`, 400, "url"},
+		{"URL port 0", "PATCH", s, `{"url": "https://x.example.com:0/h"}`, 400, "url"},
+		{"URL with a space", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/a b", "event_types": ["*"]}`, 400, "url"},
+		{"reason too long", "POST", s + "/disable", `{"reason": "` + strings.Repeat("r", 100000) + `"}`, 400, "reason"},
+		// Strict JSON: keys are case-sensitive, each given once.
+		{"key in the wrong case", "POST", "/api/v1/subscriptions", `{"URL": "https://x.example.com/h", "event_types": ["*"]}`, 400, "URL"},
+		{"key in the wrong case (patch)", "PATCH", s, `{"Description": "x"}`, 400, "Description"},
+		{"duplicate key", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["*"], "url": "https://evil.example.com/h"}`, 400, "url"},
+		{"duplicate key (replay)", "POST", "/api/v1/outbox/replay", `{"all_failed": false, "all_failed": true}`, 400, "all_failed"},
 		// Bad UUIDs and ids.
 		{"bad UUID in path", "GET", "/api/v1/subscriptions/not-a-uuid", ``, 400, "id"},
 		{"bad UUID in path (patch)", "PATCH", "/api/v1/subscriptions/123", `{"description": "x"}`, 400, "id"},

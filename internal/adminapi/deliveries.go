@@ -37,7 +37,7 @@ func (a *adminAPI) listDeliveries(w http.ResponseWriter, r *http.Request) error 
 		}
 		return err
 	}
-	out := list[store.Delivery]{Items: page.Deliveries}
+	out := List[store.Delivery]{Items: page.Deliveries}
 	if out.Items == nil {
 		out.Items = []store.Delivery{}
 	}
@@ -88,7 +88,7 @@ func (a *adminAPI) deliveryAttempts(w http.ResponseWriter, r *http.Request) erro
 	if attempts == nil {
 		attempts = []store.Attempt{}
 	}
-	writeJSON(w, http.StatusOK, list[store.Attempt]{Items: attempts})
+	writeJSON(w, http.StatusOK, List[store.Attempt]{Items: attempts})
 	return nil
 }
 
@@ -100,6 +100,10 @@ type reviveRequest struct {
 
 type reviveResponse struct {
 	Revived []int64 `json:"revived"`
+	// NotRevived lists each id given that was left alone, with the reason
+	// (no such delivery, not dead); absent when all were revived and for a
+	// subscription's revive.
+	NotRevived []store.NotRevived `json:"not_revived,omitempty"`
 }
 
 func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) error {
@@ -122,6 +126,7 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 		return badRequest("ids", `give "ids" (delivery ids) or "subscription_id" with "dead": true`)
 	}
 	var revived []int64
+	var notRevived []store.NotRevived
 	var err error
 	if bySub {
 		id, perr := store.ParseID(*req.SubscriptionID)
@@ -147,7 +152,7 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 				return badRequest(fmt.Sprintf("ids[%d]", i), fmt.Sprintf("%d is not a delivery id (a positive integer)", id))
 			}
 		}
-		revived, err = a.deliveries.Revive(r.Context(), req.IDs)
+		revived, notRevived, err = a.deliveries.Revive(r.Context(), req.IDs)
 	}
 	if err != nil {
 		return err
@@ -155,6 +160,6 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 	if revived == nil {
 		revived = []int64{}
 	}
-	writeJSON(w, http.StatusOK, reviveResponse{Revived: revived})
+	writeJSON(w, http.StatusOK, reviveResponse{Revived: revived, NotRevived: notRevived})
 	return nil
 }

@@ -48,7 +48,7 @@ func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := list[outboxstore.FailedRow]{Items: items}
+	page := List[outboxstore.FailedRow]{Items: items}
 	if page.Items == nil {
 		page.Items = []outboxstore.FailedRow{}
 	}
@@ -69,6 +69,10 @@ type replayRequest struct {
 
 type replayResponse struct {
 	Replayed int64 `json:"replayed"`
+	// NotReplayed lists each id given that was left alone, with the
+	// reason (no such row, not FAILED); absent when every id was replayed
+	// and with all_failed.
+	NotReplayed []outboxstore.NotReplayed `json:"not_replayed,omitempty"`
 }
 
 func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
@@ -90,6 +94,7 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("since", `"since" only narrows "all_failed"`)
 	}
 	var n int64
+	var skipped []outboxstore.NotReplayed
 	var err error
 	if req.AllFailed {
 		var topic string
@@ -112,12 +117,14 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 		if verr != nil {
 			return verr
 		}
-		n, err = outboxstore.ReplayIDs(r.Context(), a.pool, ids)
+		var replayed []uuid.UUID
+		replayed, skipped, err = outboxstore.ReplayIDs(r.Context(), a.pool, ids)
+		n = int64(len(replayed))
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, replayResponse{Replayed: n})
+	writeJSON(w, http.StatusOK, replayResponse{Replayed: n, NotReplayed: skipped})
 	return nil
 }
 

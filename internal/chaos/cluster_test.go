@@ -68,9 +68,11 @@ func waitFullISR(t *testing.T, brokers []string, topic string, timeout time.Dura
 // replication factor 3 and min.insync.replicas 2; the shared PostgreSQL
 // (nothing is done to it here).
 func clusterPipeline(t *testing.T) (*harness.Cluster, *harness.Pipeline) {
-	// One cluster test at a time: each kills brokers.
+	// One cluster test at a time, in this process and across test processes
+	// on the machine (two `make test` at once): each kills brokers.
 	clusterMu.Lock()
 	t.Cleanup(clusterMu.Unlock)
+	harness.LockFile(t, "kafka-cluster-tests.lock")
 	c := harness.StartCluster(t)
 	db := pgtest.Empty(t)
 	isr := "2"

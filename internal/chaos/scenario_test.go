@@ -35,7 +35,7 @@ type plan struct {
 
 func scenarioPlan() plan {
 	if long() {
-		return plan{load: 120 * time.Second, rate: 80, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
+		return plan{load: 120 * time.Second, rate: 50, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
 			drainBound: 180 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
 	}

@@ -102,10 +102,7 @@ func newOutboxFailedCmd() *cobra.Command {
 			return err
 		}
 		if *out == "json" {
-			if rows == nil {
-				rows = []outboxstore.FailedRow{}
-			}
-			return printJSON(cmd.OutOrStdout(), rows)
+			return printList(cmd.OutOrStdout(), rows, "")
 		}
 		table := make([][]string, 0, len(rows))
 		for _, r := range rows {
@@ -171,21 +168,40 @@ func newOutboxReplayCmd() *cobra.Command {
 			parsed = append(parsed, id)
 		}
 		var n int64
+		var skipped []outboxstore.NotReplayed
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
 			if *all {
 				n, err = outboxstore.ReplayAllFailed(cmd.Context(), pool, *topic, *since)
 			} else {
-				n, err = outboxstore.ReplayIDs(cmd.Context(), pool, parsed)
+				var replayed []uuid.UUID
+				replayed, skipped, err = outboxstore.ReplayIDs(cmd.Context(), pool, parsed)
+				n = int64(len(replayed))
 			}
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		w := cmd.OutOrStdout()
 		if *out == "json" {
-			return printJSON(cmd.OutOrStdout(), map[string]int64{"replayed": n})
+			v := struct {
+				Replayed    int64                     `json:"replayed"`
+				NotReplayed []outboxstore.NotReplayed `json:"not_replayed,omitempty"`
+			}{n, skipped}
+			if err := printJSON(w, v); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(w, "replayed %d row(s): FAILED → NEW, attempts reset\n", n)
+			for _, s := range skipped {
+				fmt.Fprintf(w, "not replayed: %s %s\n", s.ID, s.Reason)
+			}
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "replayed %d row(s): FAILED → NEW, attempts reset\n", n)
+		if !*all && n == 0 {
+			// Asked for ids and nothing happened: a script must not read
+			// that as success.
+			return fmt.Errorf("none of the %d id(s) given was replayed (each is listed above with the reason)", len(skipped))
+		}
 		return nil
 	}
 	return c

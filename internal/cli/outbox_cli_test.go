@@ -88,4 +88,23 @@ func TestCLIOutboxStatsFailedReplay(t *testing.T) {
 	if news != 3 || attempts != 0 {
 		t.Fatalf("after replay: %d NEW rows with %d attempts, want 3 with 0", news, attempts)
 	}
+
+	// Ids that are not FAILED (ids[1] is NEW again) or do not exist are
+	// reported with the reason; none replayed exits 1, not "replayed 0".
+	const unknown = "0b7c6a4e-5f0e-4f43-9d4c-2f3f0f6b8e11"
+	r = bridge(t, env, "outbox", "replay", "--id", ids[1].String(), "--id", unknown)
+	if r.code != 1 || !strings.Contains(r.stdout, "not replayed: "+ids[1].String()+" is NEW, not FAILED") ||
+		!strings.Contains(r.stdout, "not replayed: "+unknown+" no such outbox row") || !strings.Contains(r.stderr, "none of the 2 id(s)") {
+		t.Fatalf("replay of ids not FAILED: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = bridge(t, env, "outbox", "replay", "--id", unknown, "-o", "json")
+	var js struct {
+		Replayed    int `json:"replayed"`
+		NotReplayed []struct {
+			ID, Reason string
+		} `json:"not_replayed"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || r.code != 1 || js.Replayed != 0 || len(js.NotReplayed) != 1 || js.NotReplayed[0].Reason != "no such outbox row" {
+		t.Fatalf("replay -o json of an unknown id: exit %d %+v (%v)\n%s", r.code, js, err, r.stdout)
+	}
 }

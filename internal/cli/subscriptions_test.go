@@ -52,6 +52,10 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"blank event type", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "a,,b"}, "event-types"},
 		{"bad wildcard", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*.created"}, "event-types"},
 		{"bad -o", []string{"subscriptions", "list", "-o", "yaml"}, "--output must be table or json"},
+		{"url too long", []string{"subscriptions", "create", "--url", "https://x.example/" + strings.Repeat("a", 10000), "--event-types", "*"}, "at most 2048"},
+		{"url port out of range", []string{"subscriptions", "create", "--url", "https://x.example:99999/", "--event-types", "*"}, "port 99999"},
+		{"url with a space", []string{"subscriptions", "create", "--url", "https://x.example/a b", "--event-types", "*"}, "spaces"},
+		{"reason too long", []string{"subscriptions", "disable", unknown, "--reason", strings.Repeat("r", 100000)}, "at most 1024"},
 		{"bad -o on create", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*", "-o", "xml"}, "--output"},
 		{"unknown id show", []string{"subscriptions", "show", unknown}, "not found"},
 		{"unknown id enable", []string{"subscriptions", "enable", unknown}, "not found"},
@@ -65,7 +69,7 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"revive bad id", []string{"deliveries", "revive", "x1"}, "not a positive integer"},
 		{"revive unknown subscription", []string{"deliveries", "revive", "--subscription", unknown, "--dead"}, "not found"},
 		{"list bad status", []string{"deliveries", "list", "--status", "lost"}, "status"},
-		{"list bad cursor", []string{"deliveries", "list", "--after", "abc"}, "cursor"},
+		{"list bad cursor", []string{"deliveries", "list", "--cursor", "abc"}, "cursor"},
 		{"list bad limit", []string{"deliveries", "list", "--limit", "0"}, "limit"},
 		{"attempts unknown", []string{"deliveries", "attempts", "999999"}, "not found"},
 		{"show unknown", []string{"deliveries", "show", "999999"}, "not found"},
@@ -132,7 +136,7 @@ func TestSubscriptionsCLILifecycle(t *testing.T) {
 	if out := mustRunBridge(t, "subscriptions", "delete", created.ID, "-o", "json"); !strings.Contains(out, `"deleted": true`) {
 		t.Errorf("delete output:\n%s", out)
 	}
-	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.Join(strings.Fields(out), "") != `{"items":[]}` {
 		t.Errorf("list after delete: %s", out)
 	}
 }

@@ -207,12 +207,16 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{"IDs": r.PostForm["id"], "Count": len(ids), "Back": r.PostFormValue("back")})
 		return
 	}
-	n, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
+	replayed, skipped, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Replayed %d of %d selected rows (rows no longer FAILED are left alone).", n, len(ids)))
+	msg := fmt.Sprintf("Replayed %d of %d selected rows.", len(replayed), len(ids))
+	for _, sk := range skipped {
+		msg += fmt.Sprintf(" Not replayed: %s %s.", sk.ID, sk.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/outbox/"+ids[0].String(), http.StatusSeeOther)
 		return
@@ -530,12 +534,16 @@ func (c *Console) revive(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
 		return
 	}
-	revived, err := c.deliveries.Revive(r.Context(), ids)
+	revived, notRevived, err := c.deliveries.Revive(r.Context(), ids)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.setFlash(s, fmt.Sprintf("Revived %d of %d selected deliveries (ones not dead are left alone).", len(revived), len(ids)))
+	msg := fmt.Sprintf("Revived %d of %d selected deliveries.", len(revived), len(ids))
+	for _, n := range notRevived {
+		msg += fmt.Sprintf(" Not revived: %d %s.", n.ID, n.Reason)
+	}
+	c.setFlash(s, msg)
 	if len(ids) == 1 {
 		http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(ids[0], 10), http.StatusSeeOther)
 		return

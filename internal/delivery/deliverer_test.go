@@ -313,7 +313,7 @@ func TestReviveResetsAttemptsAndDeliversInOrder(t *testing.T) {
 	healthy.Store(true)
 	before := len(rc.requests())
 	// Revive one by id, the rest by subscription.
-	if got, err := b.store.Revive(context.Background(), []int64{ids[0]}); err != nil || len(got) != 1 {
+	if got, _, err := b.store.Revive(context.Background(), []int64{ids[0]}); err != nil || len(got) != 1 {
 		t.Fatalf("revive = %v, %v", got, err)
 	}
 	if got, err := b.store.ReviveSubscription(context.Background(), sub.ID); err != nil || len(got) != 3 {

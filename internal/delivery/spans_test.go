@@ -85,7 +85,7 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 	}
 
 	healthy.Store(true)
-	if _, err := b.store.Revive(context.Background(), []int64{id}); err != nil {
+	if _, _, err := b.store.Revive(context.Background(), []int64{id}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitStatus(t, id, store.StatusDelivered)

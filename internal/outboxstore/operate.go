@@ -100,10 +100,20 @@ func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload
 
 // replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps
 // its seq, so it goes out before any later row of its asset that is still NEW.
+// Each requested id comes back once: replayed, or the status it has (NULL:
+// no such row). The outer read of bridge.outbox sees the statement's
+// snapshot, before the update.
 const replayByIDSQL = `
-UPDATE bridge.outbox
-SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
-WHERE status = 'FAILED' AND id = ANY($1::uuid[])`
+WITH req AS (SELECT DISTINCT unnest($1::uuid[]) AS id),
+r AS (
+  UPDATE bridge.outbox o
+  SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+  WHERE o.status = 'FAILED' AND o.id = ANY($1::uuid[])
+  RETURNING o.id
+)
+SELECT req.id, r.id IS NOT NULL, o.status
+FROM req LEFT JOIN r ON r.id = req.id LEFT JOIN bridge.outbox o ON o.id = req.id
+ORDER BY req.id`
 
 const replayAllSQL = `
 UPDATE bridge.outbox
@@ -111,15 +121,43 @@ SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, rep
 WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
   AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)`
 
-// ReplayIDs returns the given FAILED rows to NEW with attempts reset and
-// reports how many were FAILED. They keep their seq and their trace: the
-// replayed send continues the original trace.
-func ReplayIDs(ctx context.Context, db DB, ids []uuid.UUID) (int64, error) {
-	tag, err := db.Exec(ctx, replayByIDSQL, ids)
+// NotReplayed is an id ReplayIDs left alone, and why.
+type NotReplayed struct {
+	ID     uuid.UUID `json:"id"`
+	Reason string    `json:"reason"` // "no such outbox row", "is SENT, not FAILED", …
+}
+
+// ReplayIDs returns the given FAILED rows to NEW with attempts reset. They
+// keep their seq and their trace: the replayed send continues the original
+// trace. Every other id is reported with the reason it was left alone (it
+// does not exist, or is not FAILED): an id mistyped or already replayed
+// used to vanish into "replayed 0 row(s)".
+func ReplayIDs(ctx context.Context, db DB, ids []uuid.UUID) (replayed []uuid.UUID, notReplayed []NotReplayed, err error) {
+	rows, err := db.Query(ctx, replayByIDSQL, ids)
 	if err != nil {
-		return 0, fmt.Errorf("replay outbox rows: %w", err)
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		var ok bool
+		var status *string
+		if err := rows.Scan(&id, &ok, &status); err != nil {
+			return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+		}
+		switch {
+		case ok:
+			replayed = append(replayed, id)
+		case status == nil:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "no such outbox row"})
+		default:
+			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "is " + *status + ", not FAILED"})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
+	}
+	return replayed, notReplayed, nil
 }
 
 // ReplayAllFailed returns every FAILED row (of topic, if not "", and failed

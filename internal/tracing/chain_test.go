@@ -226,8 +226,8 @@ func TestTraceChainAcrossTheBridge(t *testing.T) {
 	// continues the original trace.
 	p.StopRelay()
 	p.StartRelay(0)
-	if n, err := outboxstore.ReplayIDs(context.Background(), p.DB.Pool, uuids(t, bigID)); err != nil || n != 1 {
-		t.Fatalf("ReplayIDs = %d, %v", n, err)
+	if replayed, _, err := outboxstore.ReplayIDs(context.Background(), p.DB.Pool, uuids(t, bigID)); err != nil || len(replayed) != 1 {
+		t.Fatalf("ReplayIDs = %v, %v", replayed, err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() string {
 		if len(p.Recv.Traceparents(bigID)) == 0 {

@@ -98,6 +98,34 @@ type Cluster struct {
 	launches map[int32]*launch
 }
 
+func cacheDir() string {
+	if c := os.Getenv("OUTBOX_BRIDGE_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "outbox-bridge")
+}
+
+// LockFile takes an exclusive flock on name in the services cache dir until
+// t ends, waiting for whoever holds it (another test process).
+func LockFile(t testing.TB, name string) {
+	t.Helper()
+	if err := os.MkdirAll(cacheDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(cacheDir(), name), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Logf("waiting for %s (another test process uses the cluster)", f.Name())
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { f.Close() })
+}
+
 // ClusterPorts are the broker ports services-up.sh uses for the cluster.
 var ClusterPorts = []int{19092, 19093, 19094}
 
@@ -106,11 +134,7 @@ var ClusterPorts = []int{19092, 19093, 19094}
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	needJava(t)
-	cache := os.Getenv("OUTBOX_BRIDGE_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "outbox-bridge")
-	}
+	cache := cacheDir()
 	state := os.Getenv("OUTBOX_BRIDGE_STATE")
 	if state == "" {
 		state = filepath.Join(cache, "state")

@@ -385,7 +385,7 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
 		t.Fatalf("claimed %v from a stream whose only row is dead", ids(got))
 	}
-	if _, err := b.store.Revive(ctx, []int64{third}); err != nil {
+	if _, _, err := b.store.Revive(ctx, []int64{third}); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != third {

@@ -25,7 +25,11 @@ st AS (
   SELECT DISTINCT subscription_id, asset_key, now() FROM d ORDER BY 1, 2
   ON CONFLICT (subscription_id, asset_key) DO UPDATE SET ready_at = now(), gen = st.gen + 1
 )
-SELECT id FROM d ORDER BY seq`
+SELECT r.id, d.id IS NOT NULL, x.status
+FROM (SELECT DISTINCT unnest($1::bigint[]) AS id) r
+LEFT JOIN d ON d.id = r.id
+LEFT JOIN bridge.deliveries x ON x.id = r.id
+ORDER BY d.seq NULLS LAST, r.id`
 
 const reviveSubscriptionSQL = `
 WITH d AS (
@@ -41,10 +45,36 @@ st AS (
 )
 SELECT id FROM d ORDER BY seq`
 
-// Revive puts dead deliveries back to pending with attempts reset. Ids that
-// are not dead are left alone; the answer lists the revived ones.
-func (s *DeliveryStore) Revive(ctx context.Context, ids []int64) ([]int64, error) {
-	return s.revive(ctx, reviveSQL, ids)
+// NotRevived is a delivery id Revive left alone, and why.
+type NotRevived struct {
+	ID     int64  `json:"id"`
+	Reason string `json:"reason"` // "no such delivery", "is pending, not dead", …
+}
+
+// Revive puts dead deliveries back to pending with attempts reset and
+// returns them in seq order. Every other id is reported with the reason it
+// was left alone (it does not exist, or is not dead): a 200 listing only
+// the revived ids left the caller to work out what became of the rest.
+// (The reason is read in the statement's snapshot, before the update.)
+func (s *DeliveryStore) Revive(ctx context.Context, ids []int64) (revived []int64, notRevived []NotRevived, err error) {
+	err = s.revive(ctx, reviveSQL, ids, func(rows pgx.Rows) error {
+		var id int64
+		var ok bool
+		var status *string
+		if err := rows.Scan(&id, &ok, &status); err != nil {
+			return err
+		}
+		switch {
+		case ok:
+			revived = append(revived, id)
+		case status == nil:
+			notRevived = append(notRevived, NotRevived{ID: id, Reason: "no such delivery"})
+		default:
+			notRevived = append(notRevived, NotRevived{ID: id, Reason: "is " + *status + ", not dead"})
+		}
+		return nil
+	})
+	return revived, notRevived, err
 }
 
 // ReviveSubscription revives every dead delivery of a subscription.
@@ -53,11 +83,17 @@ func (s *DeliveryStore) ReviveSubscription(ctx context.Context, subscriptionID s
 	if err != nil {
 		return nil, err
 	}
-	return s.revive(ctx, reviveSubscriptionSQL, id)
+	var out []int64
+	err = s.revive(ctx, reviveSubscriptionSQL, id, func(rows pgx.Rows) error {
+		var v int64
+		err := rows.Scan(&v)
+		out = append(out, v)
+		return err
+	})
+	return out, err
 }
 
-func (s *DeliveryStore) revive(ctx context.Context, sql string, arg any) ([]int64, error) {
-	var out []int64
+func (s *DeliveryStore) revive(ctx context.Context, sql string, arg any, scan func(pgx.Rows) error) error {
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		// Exclusive against claims: see Claim.
 		if _, err := tx.Exec(ctx, reviveLockSQL); err != nil {
@@ -67,11 +103,16 @@ func (s *DeliveryStore) revive(ctx context.Context, sql string, arg any) ([]int6
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("revive deliveries: %w", err)
+		return fmt.Errorf("revive deliveries: %w", err)
 	}
-	return out, nil
+	return nil
 }
