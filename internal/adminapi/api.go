@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/api"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -81,7 +82,7 @@ func Mount(m Mounter, cfg Config) bool {
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	_, _ = w.Write(api.OpenAPI)
 }
 
@@ -341,7 +342,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error (response encoding)"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
