@@ -307,7 +307,6 @@ type errorBody struct {
 var storeFields = map[string]string{
 	"event-types":     "event_types",
 	"subscription id": "id",
-	"after":           "cursor",
 }
 
 func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -347,8 +346,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// list is every list's answer.
-type list[T any] struct {
+// List is every list's answer, in the API and in the CLI's -o json (one
+// shape and one cursor name everywhere: a script written against one works
+// against the other).
+type List[T any] struct {
 	Items []T `json:"items"`
 	// NextCursor fetches the next page; absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
