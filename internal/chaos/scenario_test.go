@@ -37,11 +37,11 @@ func scenarioPlan() plan {
 	if long() {
 		return plan{load: 120 * time.Second, rate: 50, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
-			drainBound: 180 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
+			drainBound: 180 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second}
 	}
 	return plan{load: 30 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 		receiverDown: 5 * time.Second, brokerDown: 10 * time.Second, postgresDown: 4 * time.Second,
-		drainBound: 150 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
+		drainBound: 150 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second}
 }
 
 // report is what a run measured, printed and (CHAOS_REPORT=path) appended as
