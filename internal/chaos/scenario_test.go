@@ -37,12 +37,16 @@ func scenarioPlan() plan {
 	if long() {
 		return plan{load: 120 * time.Second, rate: 50, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
-			drainBound: 180 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second}
+			drainBound: 180 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 	}
 	return plan{load: 30 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 		receiverDown: 5 * time.Second, brokerDown: 10 * time.Second, postgresDown: 4 * time.Second,
-		drainBound: 150 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second}
+		drainBound: 150 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 }
+
+// takeoverSlack is the measurement's resolution: the sampler reads the
+// lanes every 200 ms, and on a loaded machine its query lands late.
+const takeoverSlack = 500 * time.Millisecond
 
 // report is what a run measured, printed and (CHAOS_REPORT=path) appended as
 // one JSON line for the closing note.
@@ -196,7 +200,7 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 		t.Errorf("consumer group stalled %.1fs (not during an outage), bound %s", r.LongestStall, stallBound)
 	}
 	if takeoverBound > 0 && worstTakeover > takeoverBound {
-		t.Errorf("relay lane takeover took %s, bound %s (RELAY_LEASE_TIMEOUT + 1s)", worstTakeover.Round(100*time.Millisecond), takeoverBound)
+		t.Errorf("relay lane takeover took %s, bound %s (RELAY_LEASE_TIMEOUT + 1s + %s sampling slack)", worstTakeover.Round(100*time.Millisecond), takeoverBound, takeoverSlack)
 	}
 	if t.Failed() {
 		for _, pr := range p.Procs {
