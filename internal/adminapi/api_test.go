@@ -528,6 +528,18 @@ func TestBadInput(t *testing.T) {
 		{"NUL in event type", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["a\u0000"]}`, 400, "event_types"},
 		{"NUL in reason", "POST", s + "/disable", `{"reason": "\u0000"}`, 400, "reason"},
 		{"empty patch", "PATCH", s, `{}`, 400, "body"},
+		// Bounds: URLs and reasons that could never work or fill every
+		// listing; ports that do not exist.
+		{"URL too long", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/` + strings.Repeat("a", 10000) + `", "event_types": ["*"]}`, 400, "url"},
+		{"URL port out of range", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com:99999/h", "event_types": ["*"]}`, 400, "url"},
+		{"URL port 0", "PATCH", s, `{"url": "https://x.example.com:0/h"}`, 400, "url"},
+		{"URL with a space", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/a b", "event_types": ["*"]}`, 400, "url"},
+		{"reason too long", "POST", s + "/disable", `{"reason": "` + strings.Repeat("r", 100000) + `"}`, 400, "reason"},
+		// Strict JSON: keys are case-sensitive, each given once.
+		{"key in the wrong case", "POST", "/api/v1/subscriptions", `{"URL": "https://x.example.com/h", "event_types": ["*"]}`, 400, "URL"},
+		{"key in the wrong case (patch)", "PATCH", s, `{"Description": "x"}`, 400, "Description"},
+		{"duplicate key", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["*"], "url": "https://evil.example.com/h"}`, 400, "url"},
+		{"duplicate key (replay)", "POST", "/api/v1/outbox/replay", `{"all_failed": false, "all_failed": true}`, 400, "all_failed"},
 		// Bad UUIDs and ids.
 		{"bad UUID in path", "GET", "/api/v1/subscriptions/not-a-uuid", ``, 400, "id"},
 		{"bad UUID in path (patch)", "PATCH", "/api/v1/subscriptions/123", `{"description": "x"}`, 400, "id"},

@@ -47,6 +47,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, optional bool) 
 	if body[0] != '{' {
 		return badRequest("body", "request body must be a JSON object")
 	}
+	if err := checkKeys(body, dst); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -58,6 +61,72 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, optional bool) 
 	}
 	return nil
 }
+
+// checkKeys refuses what encoding/json lets through: a key that matches a
+// field only case-insensitively ({"URL": …} created a subscription) and a
+// key given twice at any depth (the last one silently won, so a proxy or
+// audit log reading the first saw another request than the one applied).
+// A malformed body is left to the decoder, which says where.
+func checkKeys(body []byte, dst any) error {
+	known := map[string]bool{}
+	for _, name := range strings.Split(knownFields(dst), ", ") {
+		known[name] = true
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var walk func(depth int, path string) error
+	walk = func(depth int, path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return errStop
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return errStop
+				}
+				key, _ := kt.(string)
+				field := key
+				if path != "" {
+					field = path + "." + key
+				}
+				if seen[key] {
+					return badRequest(field, fmt.Sprintf("%q is given twice; give each field once", key))
+				}
+				seen[key] = true
+				if depth == 0 && !known[key] {
+					for k := range known {
+						if strings.EqualFold(k, key) {
+							return badRequest(key, fmt.Sprintf("is not a field of this request: field names are case-sensitive (did you mean %q?)", k))
+						}
+					}
+				}
+				if err := walk(depth+1, field); err != nil {
+					return err
+				}
+			}
+			_, _ = dec.Token() // '}'
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if err := walk(depth+1, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+			_, _ = dec.Token() // ']'
+		}
+		return nil
+	}
+	if err := walk(0, ""); err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	return nil
+}
+
+// errStop ends checkKeys on malformed JSON: the decoder reports it.
+var errStop = errors.New("malformed JSON")
 
 // jsonError names the field a decoding error is about. encoding/json reports
 // an unknown field only in its message; that wording has been stable since

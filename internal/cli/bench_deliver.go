@@ -34,13 +34,25 @@ subscription. It then runs the Deliverer and reports:
     --live-rate while the deliverer runs;
   - order violations per (subscription, asset) as the receiver saw them
     (must be 0), duplicates, and rows not delivered;
-  - the ceiling: the same HTTP client and receiver with no database.
+  - the ceiling: the same HTTP client and receiver with no database, and the
+    drain rate as a fraction of it. The ceiling is an upper bound, not a
+    target: unsigned posts to a handler that answers before parsing;
+  - what the receiver saw in flight: the most requests of one subscription at
+    once (must not exceed the cap) and overlapping requests of one stream
+    (must be 0) — across --replicas deliverers too;
+  - claims and outcome batches: how many, how large, how long.
+
+--failing-subscriptions and --slow-subscriptions make that many endpoints
+answer 500 to everything or take --slow-delay per answer (isolation): the
+rates, order checks and latencies are then the healthy subscriptions'.
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench deliver --subscriptions 10 --assets 100 --events 100000
-  bridge bench deliver --events 20000 --live-events 5000 --live-rate 1000 -o json`,
+  bridge bench deliver --events 20000 --live-events 5000 --live-rate 1000 -o json
+  bridge bench deliver --assets 1000 --failing-subscriptions 1
+  bridge bench deliver --assets 1000 --replicas 3`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(c)
@@ -50,6 +62,12 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 	live := c.Flags().Int("live-events", 2000, "deliveries inserted while it runs, for latency")
 	rate := c.Flags().Int("live-rate", 500, "live deliveries per second")
 	workers := c.Flags().Int("workers", 0, "WEBHOOK_WORKERS override")
+	maxInFlight := c.Flags().Int("max-in-flight", 0, "WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION override")
+	claimLoops := c.Flags().Int("claim-loops", 0, "claim loops per deliverer (default 2)")
+	replicas := c.Flags().Int("replicas", 1, "deliverers running at once, each with its own pool and id")
+	failing := c.Flags().Int("failing-subscriptions", 0, "subscriptions whose endpoint answers 500 to everything")
+	slow := c.Flags().Int("slow-subscriptions", 0, "subscriptions whose endpoint takes --slow-delay per answer")
+	slowDelay := c.Flags().Duration("slow-delay", 5*time.Second, "answer time of a slow subscription")
 	conns := c.Flags().Int32("db-conns", 20, "PostgreSQL pool size for the deliverer")
 	keep := c.Flags().Bool("keep-db", false, "do not drop the scratch database")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -58,6 +76,12 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 		}
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
 			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
+		}
+		if *maxInFlight < 0 || *claimLoops < 0 || *replicas < 1 || *failing < 0 || *slow < 0 || *slowDelay <= 0 {
+			return UsageErrorf("--max-in-flight and --claim-loops must not be negative, --replicas at least 1, --failing-subscriptions and --slow-subscriptions not negative, --slow-delay positive")
+		}
+		if *failing+*slow >= *subs {
+			return UsageErrorf("--failing-subscriptions (%d) + --slow-subscriptions (%d) must leave at least one of the --subscriptions (%d) healthy", *failing, *slow, *subs)
 		}
 		cfg, err := loadConfig(config.Needs{Database: true})
 		if err != nil {
@@ -71,6 +95,10 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 		if *workers > 0 {
 			dc.Workers = *workers
 		}
+		if *maxInFlight > 0 {
+			dc.MaxInFlightPerSubscription = *maxInFlight
+		}
+		dc.ClaimLoops = *claimLoops
 		ctx := cmd.Context()
 		pool, drop, err := scratchDatabase(ctx, cfg, *conns)
 		if err != nil {
@@ -84,7 +112,8 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 		}()
 		res, err := deliverbench.Run(ctx, pool, deliverbench.Options{
 			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
-			Deliverer: dc, Logger: logger,
+			Deliverer: dc, Logger: logger, Replicas: *replicas,
+			FailingSubscriptions: *failing, SlowSubscriptions: *slow, SlowDelay: *slowDelay,
 		})
 		if err != nil {
 			return err
@@ -109,13 +138,24 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 			{"not delivered", fmt.Sprint(res.NotDelivered)},
 			{"heap baseline (MiB)", f(res.BaselineHeapMiB)},
 			{"heap peak (MiB)", f(res.PeakHeapMiB)},
-			{"ceiling: HTTP posts/s, no DB", f(res.CeilingPerSecond)},
+			{"ceiling: HTTP posts/s, no DB", f(res.CeilingPerSecond) + " (an upper bound, not a target)"},
+			{"fraction of the ceiling", fmt.Sprintf("%.2f", res.CeilingFraction)},
+			{"replicas × claim loops", fmt.Sprintf("%d × %d", res.Replicas, res.ClaimLoops)},
+			{"failing / slow subscriptions", fmt.Sprintf("%d / %d (not counted in the rates)", res.FailingSubscriptions, res.SlowSubscriptions)},
+			{"claims", fmt.Sprintf("%d, %.1f rows, %.1f ms each", res.ClaimStatements, res.RowsPerClaim, res.ClaimMS)},
+			{"outcome batches", fmt.Sprintf("%d, %.1f outcomes, %.1f ms each", res.OutcomeBatches, res.OutcomesPerBatch, res.OutcomeBatchMS)},
+			{"peak in flight per subscription (seen)", fmt.Sprint(res.PeakInFlightPerSub)},
+			{"overlapping requests of one stream", fmt.Sprint(res.Overlaps)},
+			{"signature failures", fmt.Sprint(res.SignatureFailures)},
+			{"CPU per delivery: PostgreSQL / this process (µs)", fmt.Sprintf("%.0f / %.0f", res.PostgresCPUMicrosPerDelivery, res.ProcessCPUMicrosPerDelivery)},
 		}
 		if err := printTable(w, []string{"MEASURE", "VALUE"}, rows); err != nil {
 			return err
 		}
-		if res.OrderViolations > 0 || res.NotDelivered > 0 {
-			return fmt.Errorf("%d order violations, %d deliveries not delivered", res.OrderViolations, res.NotDelivered)
+		if res.OrderViolations > 0 || res.NotDelivered > 0 || res.Overlaps > 0 || res.SignatureFailures > 0 ||
+			res.PeakInFlightPerSub > int64(res.MaxInFlightPerSub) {
+			return fmt.Errorf("%d order violations, %d deliveries not delivered, %d overlapping requests, %d signature failures, %d in flight to one subscription (cap %d)",
+				res.OrderViolations, res.NotDelivered, res.Overlaps, res.SignatureFailures, res.PeakInFlightPerSub, res.MaxInFlightPerSub)
 		}
 		return nil
 	}

@@ -250,6 +250,10 @@ type Relay struct {
 	BackoffMax time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"30m"`
 	// RELAY_BATCH_SIZE: rows claimed and produced per cycle. Default 1000.
 	BatchSize int `env:"RELAY_BATCH_SIZE" envDefault:"1000"`
+	// RELAY_BATCH_BYTES: payload bytes claimed per cycle at most (a cycle
+	// always takes at least one row), so memory is bounded by bytes, not by
+	// rows. Default 16777216 (16 MiB).
+	BatchBytes int `env:"RELAY_BATCH_BYTES" envDefault:"16777216"`
 	// RELAY_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"1s"`
 	// RELAY_LEASE_TIMEOUT: how long a replica's lane lease lasts without
@@ -275,6 +279,8 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_BACKOFF_MAX", c.BackoffMax.String(), "must be at least RELAY_BACKOFF_BASE")
 	case c.BatchSize < 1 || c.BatchSize > 100000:
 		return fieldError("RELAY_BATCH_SIZE", fmt.Sprint(c.BatchSize), "must be between 1 and 100000")
+	case c.BatchBytes < 1:
+		return fieldError("RELAY_BATCH_BYTES", fmt.Sprint(c.BatchBytes), "must be at least 1")
 	case c.PollInterval <= 0:
 		return fieldError("RELAY_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
 	case c.LeaseTimeout < time.Second:

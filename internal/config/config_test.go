@@ -88,6 +88,7 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"RELAY_MAX_ATTEMPTS", "0", config.Needs{}, "at least 1"},
 		{"RELAY_POLL_INTERVAL", "soon", config.Needs{}, "Duration"},
 		{"RELAY_BATCH_SIZE", "-1", config.Needs{}, "between"},
+		{"RELAY_BATCH_BYTES", "0", config.Needs{}, "at least 1"},
 		{"RELAY_PRODUCE_TIMEOUT", "10ms", config.Needs{}, "at least 1s"},
 		// Webhook and Relay both have a PollInterval field: the error must
 		// name the variable that was actually wrong.
@@ -197,6 +198,7 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_BACKOFF_BASE":                     cfg.Relay.BackoffBase,
 		"RELAY_BACKOFF_MAX":                      cfg.Relay.BackoffMax,
 		"RELAY_BATCH_SIZE":                       cfg.Relay.BatchSize,
+		"RELAY_BATCH_BYTES":                      cfg.Relay.BatchBytes,
 		"RELAY_POLL_INTERVAL":                    cfg.Relay.PollInterval,
 		"RELAY_LEASE_TIMEOUT":                    cfg.Relay.LeaseTimeout,
 		"RELAY_PRODUCE_TIMEOUT":                  cfg.Relay.ProduceTimeout,
@@ -234,6 +236,7 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_BACKOFF_BASE":                     7 * time.Second,
 		"RELAY_BACKOFF_MAX":                      30 * time.Minute,
 		"RELAY_BATCH_SIZE":                       1000,
+		"RELAY_BATCH_BYTES":                      16777216,
 		"RELAY_POLL_INTERVAL":                    time.Second,
 		"RELAY_LEASE_TIMEOUT":                    15 * time.Second,
 		"RELAY_PRODUCE_TIMEOUT":                  30 * time.Second,

@@ -348,7 +348,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		tid := span.SpanContext().TraceID().String()
-		b.eventually(30*time.Second, func() string {
+		b.eventually(90*time.Second, func() string {
 			b.do(chromedp.Navigate(base+"/ui/deliveries?subscription="+subID+"&status=delivered"), chromedp.WaitVisible(chromedp.ID("deliveries")))
 			if !strings.Contains(b.text("#deliveries"), "asset.version_published") {
 				var st string
@@ -364,7 +364,7 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		b.eventually(60*time.Second, func() string {
+		b.eventually(120*time.Second, func() string {
 			b.do(chromedp.Navigate(base + "/ui/trace/" + tid))
 			if !b.exists("#waterfall") {
 				return "no waterfall yet"
@@ -443,7 +443,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.eventually(60*time.Second, func() string {
+		b.eventually(120*time.Second, func() string {
 			b.do(chromedp.Navigate(base + "/ui/deliveries?status=dead&subscription=" + sub.ID))
 			if !strings.Contains(b.text("#deliveries"), "fail.now") {
 				return "no dead delivery listed yet"
@@ -460,7 +460,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if !strings.Contains(b.text("#flash"), "Revived 1") {
 			t.Fatalf("flash = %q", b.text("#flash"))
 		}
-		b.eventually(30*time.Second, func() string {
+		b.eventually(90*time.Second, func() string {
 			b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("status")))
 			if got := b.text("#status"); got != "delivered" {
 				return "status " + got
@@ -475,7 +475,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.t = t
 		b.do(chromedp.Navigate(base+"/ui/subscriptions/"+subID), chromedp.WaitVisible(chromedp.ID("send-test")),
 			chromedp.Click(chromedp.ID("send-test")), chromedp.WaitVisible(chromedp.ID("flash")))
-		b.eventually(30*time.Second, func() string {
+		b.eventually(90*time.Second, func() string {
 			b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("status")))
 			if got := b.text("#status"); got != "delivered" {
 				return "test event " + got

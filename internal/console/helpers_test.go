@@ -35,7 +35,7 @@ type browser struct {
 // do runs steps with a bound, failing the test with the page it was on.
 func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		b.fatal(err)
@@ -101,7 +101,7 @@ func (b *browser) cookies() map[string]*network.Cookie {
 // itself meanwhile).
 func (b *browser) waitText(sel, want string) {
 	b.t.Helper()
-	b.eventually(30*time.Second, func() string {
+	b.eventually(90*time.Second, func() string {
 		if got := b.text(sel); !strings.Contains(got, want) {
 			return fmt.Sprintf("%s shows %q, want it to contain %q", sel, got, want)
 		}

@@ -25,7 +25,7 @@ func TestSessionOverTLS(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	mux := http.NewServeMux()
-	ui, err := console.Mount(mux, console.Config{Token: token, Pool: db.Pool, SessionTTL: 5 * time.Second, SampleEvery: time.Second})
+	ui, err := console.Mount(mux, console.Config{Token: token, Pool: db.Pool, SessionTTL: 15 * time.Second, SampleEvery: time.Second})
 	if err != nil || ui == nil {
 		t.Fatalf("Mount: %v, %v", ui, err)
 	}
@@ -61,7 +61,7 @@ func TestSessionOverTLS(t *testing.T) {
 	}
 	res.Body.Close()
 	set := res.Header.Get("Set-Cookie")
-	for _, want := range []string{"bridge_console=", "Path=/ui/", "HttpOnly", "Secure", "SameSite=Strict", "Max-Age=5"} {
+	for _, want := range []string{"bridge_console=", "Path=/ui/", "HttpOnly", "Secure", "SameSite=Strict", "Max-Age=15"} {
 		if !strings.Contains(set, want) {
 			t.Errorf("Set-Cookie %q lacks %s", set, want)
 		}
@@ -85,7 +85,7 @@ func TestSessionOverTLS(t *testing.T) {
 		t.Fatalf("after a refused POST the session is gone: %d", res.StatusCode)
 	}
 	// The TTL ends it; the polling fragment is sent to the sign-in page.
-	testkit.Eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 60*time.Second, func() string {
 		if res := get("/ui/overview/live", true); res.StatusCode != http.StatusUnauthorized || res.Header.Get("HX-Redirect") != "/ui/login" {
 			return "the session outlives its TTL"
 		}

@@ -40,8 +40,13 @@ const (
 //     destination, and the check would see the proxy's address);
 //   - redirects are never followed: a 3xx is the answer, and a failure;
 //   - the W3C trace context in the request's context is injected as
-//     traceparent/tracestate, and a client span recorded when tp has an SDK.
-func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider) *http.Client {
+//     traceparent/tracestate, and a client span recorded when tp has an SDK;
+//   - up to conns idle keep-alive connections per host, the most requests
+//     the caller runs at once (its workers): with fewer, every request over
+//     the pool's size closed its connection afterwards and the next one
+//     dialled a new one (5% of the deliverer's CPU in bench deliver, at 16
+//     for 32 workers).
+func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider, conns int) *http.Client {
 	tp = tracerProvider(tp)
 	dialer := &net.Dialer{
 		Timeout:   10 * time.Second,
@@ -52,8 +57,8 @@ func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider) *http.Client
 		Proxy:                 nil,
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   16,
+		MaxIdleConns:          max(256, conns),
+		MaxIdleConnsPerHost:   max(16, conns),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

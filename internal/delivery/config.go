@@ -12,36 +12,51 @@ import (
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
-// DefaultRetrySchedule is Svix's schedule: immediately, 5s, 5m, 30m, 2h, 5h,
-// 10h, 10h — nine attempts over about a day and a half.
-var DefaultRetrySchedule = []time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute,
-	2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
+// envDefaults are the defaults of the fields read from the environment: the
+// envDefault tags of config.Webhook, so each is written once, there (a test
+// checks the comments below repeat them correctly).
+var envDefaults = func() Config {
+	c, err := ConfigFromEnv(config.Defaults().Webhook)
+	if err != nil {
+		panic("delivery: the WEBHOOK_* defaults do not map: " + err.Error())
+	}
+	return c
+}()
+
+// DefaultRetrySchedule is Svix's schedule (WEBHOOK_RETRY_SCHEDULE's
+// default): immediately, 5s, 5m, 30m, 2h, 5h, 10h, 10h — nine attempts over
+// about a day and a half.
+var DefaultRetrySchedule = envDefaults.RetrySchedule
 
 // Config configures a Deliverer. Every zero field takes the default named in
-// its comment.
+// its comment; a field read from the environment names its variable.
 type Config struct {
 	// RetrySchedule: delay before each retry; after the last one a failing
-	// delivery is dead, so a delivery gets len(RetrySchedule)+1 attempts.
-	// nil: DefaultRetrySchedule. A non-nil empty slice: no retries.
+	// delivery is dead, so a delivery gets len(RetrySchedule)+1 attempts
+	// (WEBHOOK_RETRY_SCHEDULE). nil: the default, 0s,5s,5m,30m,2h,5h,10h,10h
+	// (DefaultRetrySchedule). A non-nil empty slice: no retries.
 	RetrySchedule []time.Duration
-	// DisableAfter: consecutive dead deliveries that disable a subscription.
-	// Default 5.
+	// DisableAfter: consecutive dead deliveries that disable a subscription
+	// (WEBHOOK_DISABLE_AFTER). Default 5.
 	DisableAfter int
-	// Timeout of one HTTP attempt. Default 15s.
+	// Timeout of one HTTP attempt (WEBHOOK_TIMEOUT). Default 15s.
 	Timeout time.Duration
 	// Lease: how long a claim lasts; a delivery in flight longer goes back to
-	// pending (keeping its attempt). Must exceed Timeout. Default 60s.
+	// pending (keeping its attempt) (WEBHOOK_LEASE). Must exceed Timeout.
+	// Default 60s, or twice Timeout when that is longer.
 	Lease time.Duration
-	// Workers: concurrent HTTP requests in total. Default 32.
+	// Workers: concurrent HTTP requests in total (WEBHOOK_WORKERS). Default
+	// 32.
 	Workers int
 	// MaxInFlightPerSubscription bounds one subscription's share of the
-	// workers, so a slow endpoint cannot occupy them all. Default 8.
+	// workers, so a slow endpoint cannot occupy them all
+	// (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). Default 8.
 	MaxInFlightPerSubscription int
 	// ClaimLoops: claim statements that may run at once, each for its own
 	// share of the subscriptions (by a hash of the id). Default 2.
 	ClaimLoops int
 	// PollInterval: claim this often even without a NOTIFY (retries that come
-	// due, missed notifications). Default 1s.
+	// due, missed notifications) (WEBHOOK_POLL_INTERVAL). Default 1s.
 	PollInterval time.Duration
 	// ReclaimInterval: how often stalled claims are looked for. Default
 	// Lease/4, at most 15s.
@@ -121,16 +136,17 @@ func (c Config) withDefaults() Config {
 	if c.RetrySchedule == nil {
 		c.RetrySchedule = DefaultRetrySchedule
 	}
-	c.DisableAfter = cmp.Or(c.DisableAfter, 5)
-	c.Timeout = cmp.Or(c.Timeout, 15*time.Second)
-	c.Lease = cmp.Or(c.Lease, max(60*time.Second, 2*c.Timeout))
-	c.Workers = cmp.Or(c.Workers, 32)
-	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, 8)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	d := envDefaults
+	c.DisableAfter = cmp.Or(c.DisableAfter, d.DisableAfter)
+	c.Timeout = cmp.Or(c.Timeout, d.Timeout)
+	c.Lease = cmp.Or(c.Lease, max(d.Lease, 2*c.Timeout))
+	c.Workers = cmp.Or(c.Workers, d.Workers)
+	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, d.MaxInFlightPerSubscription)
+	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
 	c.ClaimLoops = cmp.Or(c.ClaimLoops, 2)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, min(c.Lease/4, 15*time.Second))
-	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
-	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, d.ShutdownGrace)
+	c.Retention = cmp.Or(c.Retention, d.Retention)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

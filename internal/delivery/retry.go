@@ -29,10 +29,27 @@ func retryDelay(scheduled, jittered time.Duration, retryAfter time.Duration, has
 	return max(d, 0)
 }
 
+// slowDown reports whether status is one of the Standard Webhooks "slow
+// down" answers: 429 Too Many Requests, 502 Bad Gateway, 503 Service
+// Unavailable, 504 Gateway Timeout. They say the endpoint (or the proxy in
+// front of it) is overloaded, not that the event is bad, so they are retried
+// later and their Retry-After is honoured. They never bring a death sooner
+// than the schedule would: the wait before the next attempt is at least the
+// scheduled delay (a short Retry-After cannot make the attempts run out
+// faster), and the attempt budget is the schedule's.
+func slowDown(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
 // parseRetryAfter reads a Retry-After header (delay-seconds or an HTTP date)
-// of a 429 or 503 answer; other statuses' Retry-After is ignored.
+// of a slow-down answer (slowDown); other statuses' Retry-After is ignored —
+// a 500 that says "come back in a day" must not park its stream that long.
 func parseRetryAfter(status int, h http.Header, now time.Time) (time.Duration, bool) {
-	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+	if !slowDown(status) {
 		return 0, false
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))

@@ -45,7 +45,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{429, "soon", 0, false},
 		{429, "-5", 0, false},
 		{429, "", 0, false},
-		{500, "120", 0, false}, // only 429 and 503 are asked to wait
+		{502, "7", 7 * time.Second, true},
+		{504, now.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second, true},
+		{500, "120", 0, false}, // only the slow-down answers (429, 502, 503, 504) are asked to wait
 		{302, "120", 0, false},
 	}
 	for _, c := range cases {

@@ -103,7 +103,7 @@ func TestSSRFHostnameResolvingToBlockedAddress(t *testing.T) {
 	rc := newReceiver(t, nil)
 	port := rc.Listener.Addr().(interface{ String() string }).String()
 	port = port[strings.LastIndex(port, ":"):]
-	client := NewHTTPClient(nil, nil)
+	client := NewHTTPClient(nil, nil, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+port+"/hook", nil)
@@ -119,7 +119,7 @@ func TestSSRFHostnameResolvingToBlockedAddress(t *testing.T) {
 		t.Fatalf("receiver got %d requests", n)
 	}
 	// Allowed explicitly, the same request goes through.
-	client = NewHTTPClient(loopback, nil)
+	client = NewHTTPClient(loopback, nil, 0)
 	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+port+"/hook", nil)
 	resp, err = client.Do(req)
 	if err != nil {

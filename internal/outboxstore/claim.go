@@ -11,20 +11,25 @@ import (
 
 // Claimed is one claimed outbox row, as the relay produces it.
 type Claimed struct {
-	ID          uuid.UUID         `db:"id"`
-	Seq         int64             `db:"seq"`
-	AssetSeq    int64             `db:"asset_seq"`
-	Topic       string            `db:"topic"`
-	AssetID     *string           `db:"asset_id"`
-	Lane        int               `db:"lane"`
-	EventType   string            `db:"event_type"`
-	Payload     string            `db:"payload"`
-	Headers     map[string]string `db:"headers"`
-	Traceparent string            `db:"traceparent"`
-	Tracestate  string            `db:"tracestate"`
-	Attempts    int               `db:"attempts"`
-	CreatedAt   time.Time         `db:"created_at"`
-	Replayed    bool              `db:"replayed"`
+	ID        uuid.UUID `db:"id"`
+	Seq       int64     `db:"seq"`
+	AssetSeq  int64     `db:"asset_seq"`
+	Topic     string    `db:"topic"`
+	AssetID   *string   `db:"asset_id"`
+	Lane      int       `db:"lane"`
+	EventType string    `db:"event_type"`
+	Payload   string    `db:"payload"` // "" when over the size limit
+	// PayloadBytes is the payload's size as JSON text, read in the claim.
+	PayloadBytes int               `db:"payload_bytes"`
+	Headers      map[string]string `db:"headers"`
+	Traceparent  string            `db:"traceparent"`
+	Tracestate   string            `db:"tracestate"`
+	Attempts     int               `db:"attempts"`
+	CreatedAt    time.Time         `db:"created_at"`
+	Replayed     bool              `db:"replayed"`
+	// Claimable is how many rows the claim found before the byte budget cut
+	// the batch (the same for every row of one claim).
+	Claimable int `db:"claimable"`
 }
 
 // AssetKey is the row's asset stream ("" for the null asset).
@@ -52,6 +57,17 @@ func (w *Claimed) AssetKey() string {
 // skipped; rows of every other asset still flow. A FAILED row is not NEW, so
 // a parked row holds nothing back.
 //
+// Sizes are checked here, not after reading (payload_bytes, migration
+// 00011): a row whose payload is over $7 bytes comes back with its size and
+// an empty payload, so the relay parks it
+// without ever holding it (a batch of 25 MB rows read whole before the check
+// took the relay's memory to hundreds of MiB, and enough of them would have
+// killed it, leaving them NEW to be claimed again after every restart). The
+// batch is also bounded by bytes: rows stop once the payloads returned reach
+// $8 (the first row is always returned, so a budget below one payload still
+// makes progress). The relay's memory is then bounded by RELAY_BATCH_BYTES,
+// not by RELAY_BATCH_SIZE times the largest payload.
+//
 // $4 is a resume cursor. Marking rows SENT leaves dead entries in the NEW
 // index until vacuum, and a scan from the lowest seq walks all of them: while
 // draining a large backlog every claim would cost more than the one before.
@@ -62,25 +78,39 @@ func (w *Claimed) AssetKey() string {
 // per poll interval. Their assets' later rows must wait for them: the relay
 // checks every claimed asset's predecessor (predecessorsSQL) before producing.
 const claimSQL = `
-SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload::text AS payload,
-       o.headers, coalesce(o.traceparent, '') AS traceparent, coalesce(o.tracestate, '') AS tracestate,
-       o.attempts, o.created_at, o.replayed_at IS NOT NULL AS replayed
-FROM bridge.outbox o
-WHERE o.status = 'NEW'
-  AND o.lane = ANY($1::int[])
-  AND $1::int[] <@ (SELECT bridge.relay_fence($5, $6::interval))
-  AND o.seq > $4
-  AND o.next_attempt_at <= now()
-  AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
-  AND NOT EXISTS (
-    SELECT 1 FROM bridge.outbox e
-    WHERE e.status = 'NEW'
-      AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
-      AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
-      AND e.seq < o.seq
-      AND e.next_attempt_at > now())
-ORDER BY o.seq
-LIMIT $2`
+WITH c AS (
+  SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload, o.payload_bytes,
+         o.headers, o.traceparent, o.tracestate, o.attempts, o.created_at, o.replayed_at,
+         -- bytes this row costs the batch: an oversized row's payload is
+         -- never read, so it costs nothing
+         CASE WHEN o.payload_bytes <= $7 THEN o.payload_bytes ELSE 0 END AS cost
+  FROM bridge.outbox o
+  WHERE o.status = 'NEW'
+    AND o.lane = ANY($1::int[])
+    AND $1::int[] <@ (SELECT bridge.relay_fence($5, $6::interval))
+    AND o.seq > $4
+    AND o.next_attempt_at <= now()
+    AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
+    AND NOT EXISTS (
+      SELECT 1 FROM bridge.outbox e
+      WHERE e.status = 'NEW'
+        AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
+        AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
+        AND e.seq < o.seq
+        AND e.next_attempt_at > now())
+  ORDER BY o.seq
+  LIMIT $2
+),
+budget AS (
+  SELECT c.*, sum(cost) OVER (ORDER BY seq) AS running, count(*) OVER () AS claimable FROM c
+)
+SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
+       CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
+       headers, coalesce(traceparent, '') AS traceparent, coalesce(tracestate, '') AS tracestate,
+       attempts, created_at, replayed_at IS NOT NULL AS replayed, claimable
+FROM budget
+WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
+ORDER BY seq`
 
 // ClaimParams select the rows a claim returns.
 type ClaimParams struct {
@@ -92,23 +122,29 @@ type ClaimParams struct {
 	// Exclude are seqs of rows still being settled: they are NEW until the
 	// settlement is written and must not be claimed twice.
 	Exclude []int64
+	// MaxPayloadBytes: a larger payload is not returned (only its size).
+	MaxPayloadBytes int
+	// BatchBytes bounds the payload bytes one claim returns.
+	BatchBytes int
 }
 
-// Claim returns the next rows to produce (see claimSQL).
-func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, error) {
+// Claim returns the next rows to produce (see claimSQL), and whether more
+// were waiting: the limit was reached or the byte budget cut the batch.
+func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) {
 	exclude := p.Exclude
 	if exclude == nil {
 		exclude = []int64{}
 	}
-	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin))
+	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes)
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", err)
+		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}
 	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", err)
+		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	return claimed, nil
+	more := len(claimed) > 0 && (claimed[0].Claimable >= p.Limit || len(claimed) < claimed[0].Claimable)
+	return claimed, more, nil
 }
 
 // predecessorsSQL returns the status of the event just before the first

@@ -30,7 +30,7 @@ func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int,
 	marked := 0
 	start := time.Now()
 	for {
-		claimed, err := r.claim(ctx, lanes, nil)
+		claimed, _, err := r.claim(ctx, lanes, nil)
 		if err != nil {
 			return marked, time.Since(start), err
 		}

@@ -16,7 +16,7 @@ type row = outboxstore.Claimed
 // claim reads the next batch. See outboxstore's claimSQL for the cursor: the
 // claim resumes after the last row it claimed while a drain is under way, and
 // scans from the start whenever it caught up or the poll interval passed.
-func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, error) {
+func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	cursor := r.cursor
@@ -27,22 +27,23 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 		r.lastFullScan = time.Now()
 	}
 	started := time.Now()
-	claimed, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
+	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
 		Limit: r.cfg.BatchSize, After: cursor, Exclude: exclude,
+		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if r.cfg.ClaimObserver != nil {
 		r.cfg.ClaimObserver(time.Since(started), len(claimed))
 	}
-	if len(claimed) < r.cfg.BatchSize {
+	if !more {
 		r.cursor = 0 // caught up: the next claim scans from the start
 	} else {
 		r.cursor = claimed[len(claimed)-1].Seq
 	}
-	return claimed, nil
+	return claimed, more, nil
 }
 
 // inOrder keeps, per asset, only the claimed rows that can go out now: the

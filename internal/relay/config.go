@@ -23,6 +23,10 @@ type Config struct {
 	BackoffMax time.Duration
 	// BatchSize is the number of rows claimed and produced per cycle. Default 1000.
 	BatchSize int
+	// BatchBytes bounds the payload bytes claimed per cycle, so the relay's
+	// memory is bounded by bytes and not by BatchSize times the largest
+	// payload (a batch always holds at least one row). Default 16 MiB.
+	BatchBytes int
 	// PollInterval is the fallback poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration
 	// LeaseTimeout is the lane lease; a dead replica's lanes move after at
@@ -59,6 +63,7 @@ func (c Config) WithDefaults() Config {
 	c.BackoffBase = cmp.Or(c.BackoffBase, 7*time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, 30*time.Minute)
 	c.BatchSize = cmp.Or(c.BatchSize, 1000)
+	c.BatchBytes = cmp.Or(c.BatchBytes, 16<<20)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 15*time.Second)
 	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, 30*time.Second)

@@ -10,6 +10,7 @@ func ConfigFromEnv(c config.Relay) Config {
 		BackoffBase:     c.BackoffBase,
 		BackoffMax:      c.BackoffMax,
 		BatchSize:       c.BatchSize,
+		BatchBytes:      c.BatchBytes,
 		PollInterval:    c.PollInterval,
 		LeaseTimeout:    c.LeaseTimeout,
 		ProduceTimeout:  c.ProduceTimeout,

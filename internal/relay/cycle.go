@@ -18,12 +18,12 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	if inflight != nil {
 		exclude = inflight.seqs
 	}
-	claimed, err := r.claim(ctx, lanes, exclude)
+	claimed, more, err := r.claim(ctx, lanes, exclude)
 	if err != nil || len(claimed) == 0 {
 		return cycleResult{}, nil, err
 	}
 	claimedAt := time.Now()
-	res := cycleResult{claimed: len(claimed)}
+	res := cycleResult{claimed: len(claimed), more: more}
 	if inflight != nil && len(inflight.unsettled) > 0 {
 		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.AssetKey()] })
 	}
@@ -40,7 +40,7 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	var toSend []int
 	for i, w := range rows {
 		s.seqs = append(s.seqs, w.Seq)
-		if len(w.Payload) > r.cfg.MaxMessageBytes {
+		if w.PayloadBytes > r.cfg.MaxMessageBytes {
 			s.oversized = append(s.oversized, i)
 			continue
 		}

@@ -24,8 +24,8 @@ import (
 )
 
 // 1. "Publish this version and expire the old one" is one transaction with two
-// events for one asset; they must reach Kafka in enqueue order (the seed's
-// created_at tie).
+// events for one asset; they must reach Kafka in enqueue order (the created_at
+// tie, docs/failure-modes.md §9).
 func TestSameTransactionOrdering(t *testing.T) {
 	t.Parallel()
 	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
@@ -129,9 +129,10 @@ func TestConcurrentTransactionsOneAsset(t *testing.T) {
 	})
 }
 
-// 3. The test the seed says nobody wrote: a row that can never be sent is
-// FAILED after exactly MaxAttempts attempts; other assets flow meanwhile; the
-// later rows of its own asset go out after it is parked.
+// 3. The test a relay without an attempts counter never has
+// (docs/failure-modes.md §10): a row that can never be sent is FAILED after
+// exactly MaxAttempts attempts; other assets flow meanwhile; the later rows of
+// its own asset go out after it is parked.
 func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
 	cluster := kafkatest.Fake(t)

@@ -142,7 +142,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
 			default:
-				full = res.claimed == r.cfg.BatchSize
+				full = res.more
 			}
 		}
 		if !full {
@@ -233,5 +233,6 @@ func (r *Relay) waitForBroker(ctx context.Context) bool {
 
 type cycleResult struct {
 	claimed int
+	more    bool // the claim left rows behind (batch limit or byte budget)
 	outage  bool
 }

@@ -49,7 +49,7 @@ func (s *settlement) write(ctx context.Context, r *Relay) error {
 	if len(s.park)+len(s.oversized) > 0 {
 		reasons := map[int]string{}
 		for _, i := range s.park {
-			reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", len(s.rows[i].Payload), s.results[i].err)
+			reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", s.rows[i].PayloadBytes, s.results[i].err)
 		}
 		for _, i := range s.oversized {
 			reasons[i] = tooLargeReason(s.rows[i], r.cfg.MaxMessageBytes)
@@ -62,7 +62,7 @@ func (s *settlement) write(ctx context.Context, r *Relay) error {
 	return nil
 }
 func tooLargeReason(w *row, limit int) string {
-	return fmt.Sprintf("payload is %d bytes, over RELAY_MAX_MESSAGE_BYTES=%d", len(w.Payload), limit)
+	return fmt.Sprintf("payload is %d bytes, over RELAY_MAX_MESSAGE_BYTES=%d", w.PayloadBytes, limit)
 }
 
 func (r *Relay) markSent(ctx context.Context, rows []*row, idx []int, results []sendResult) error {

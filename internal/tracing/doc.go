@@ -5,5 +5,5 @@
 // A polled outbox row has lost its request: the request that wrote it is long
 // finished when the relay reads it. Unless the context is stored with the row
 // and restored at every hop, each consumed event starts its own trace and shows
-// up in Jaeger as an orphan (seeds/004).
+// up in Jaeger as an orphan (docs/failure-modes.md §11).
 package tracing

@@ -40,8 +40,18 @@ type Options struct {
 	LiveEvents    int // inserted at LiveRate while it runs, for latency
 	LiveRate      int // events per second
 	Deliverer     delivery.Config
-	Timeout       time.Duration // whole run; default 10m
-	Logger        *slog.Logger
+	// Replicas: deliverers running at once against the database, each with
+	// its own connection pool and id, as separate `bridge deliver`
+	// processes would. Default 1.
+	Replicas int
+	// FailingSubscriptions: that many of the subscriptions answer 500 to
+	// everything; SlowSubscriptions: that many more take SlowDelay
+	// (default 5s) per answer. Their deliveries are not waited for; the
+	// rates, order checks and latencies are the other subscriptions'.
+	FailingSubscriptions, SlowSubscriptions int
+	SlowDelay                               time.Duration
+	Timeout                                 time.Duration // whole run; default 10m
+	Logger                                  *slog.Logger
 }
 
 // Result is what a run measured.
@@ -80,6 +90,21 @@ type Result struct {
 	OutcomeBatches   int64   `json:"outcome_batches"`
 	OutcomesPerBatch float64 `json:"outcomes_per_batch"`
 	OutcomeBatchMS   float64 `json:"outcome_batch_ms_avg"`
+	Replicas         int     `json:"replicas"`
+	ClaimLoops       int     `json:"claim_loops"`
+	// Failing and slow subscriptions (isolation scenarios), and the most
+	// requests of one subscription the receiver had at once (must not
+	// exceed the cap; overlapping_requests is the per-stream check).
+	FailingSubscriptions int   `json:"failing_subscriptions"`
+	SlowSubscriptions    int   `json:"slow_subscriptions"`
+	PeakInFlightPerSub   int64 `json:"peak_in_flight_per_subscription_seen"`
+	// CPU per delivery during the drain, in microseconds: PostgreSQL's
+	// backends of the run's database (0 when /proc cannot show them) and
+	// this process (deliverers, receiver, bench). On a shared machine these
+	// say how much work a delivery took, whatever share of the CPU the run
+	// got.
+	PostgresCPUMicrosPerDelivery float64 `json:"postgres_cpu_us_per_delivery"`
+	ProcessCPUMicrosPerDelivery  float64 `json:"process_cpu_us_per_delivery"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -90,22 +115,41 @@ type payload struct {
 }
 
 // receiver is webhooktest's receiver with the bench's bookkeeping: how many
-// backlog and live events arrived, and the insert→received latency of the
-// live ones. Every stream starts at asset_seq 1 and has no gaps (Gapless):
-// the bench inserts every event of every asset.
+// backlog and live events arrived, the insert→received latency of the live
+// ones, and the most requests one subscription had in flight at once. It
+// also plays the failing (500 to everything) and slow subscriptions of the
+// isolation scenarios, /s/0 … /s/failing-1 and the next slow ones; their
+// events are not counted. Every stream starts at asset_seq 1 and has no gaps
+// (Gapless): the bench inserts every event of every asset.
 type receiver struct {
 	*webhooktest.Receiver
+	unhealthy int // subscriptions below this index fail or are slow
 	mu        sync.Mutex
 	latencies []time.Duration
+	busy      map[string]int64
+	peakSub   int64
 	backlog   atomic.Int64
 	live      atomic.Int64
 }
 
-func newReceiver() *receiver {
-	rc := &receiver{Receiver: webhooktest.New()}
+func newReceiver(failing, slow int, slowDelay time.Duration) *receiver {
+	rc := &receiver{Receiver: webhooktest.New(), unhealthy: failing + slow, busy: map[string]int64{}}
+	index := func(sub string) int {
+		n, _ := strconv.Atoi(strings.TrimPrefix(sub, "/s/"))
+		return n
+	}
+	rc.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		switch n := index(r.Subscription); {
+		case n < failing:
+			return http.StatusInternalServerError, 0
+		case n < failing+slow:
+			return http.StatusNoContent, slowDelay
+		}
+		return http.StatusNoContent, 0
+	}
 	rc.Gapless = true
 	rc.Observe = func(r *webhooktest.Request) {
-		if r.Outcome != webhooktest.Accepted {
+		if r.Outcome != webhooktest.Accepted || index(r.Subscription) < rc.unhealthy {
 			return
 		}
 		var p payload
@@ -122,6 +166,21 @@ func newReceiver() *receiver {
 		}
 	}
 	return rc
+}
+
+// ServeHTTP counts the request in flight to its subscription for as long as
+// it runs (slow answers included).
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rc.mu.Lock()
+	rc.busy[r.URL.Path]++
+	rc.peakSub = max(rc.peakSub, rc.busy[r.URL.Path])
+	rc.mu.Unlock()
+	defer func() {
+		rc.mu.Lock()
+		rc.busy[r.URL.Path]--
+		rc.mu.Unlock()
+	}()
+	rc.Receiver.ServeHTTP(w, r)
 }
 
 // Run performs one benchmark on pool, which must be a migrated database of
@@ -143,7 +202,14 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
-	rc := newReceiver()
+	if o.FailingSubscriptions < 0 || o.SlowSubscriptions < 0 || o.FailingSubscriptions+o.SlowSubscriptions >= o.Subscriptions {
+		return nil, errors.New("failing and slow subscriptions must leave at least one healthy subscription")
+	}
+	o.Replicas = max(o.Replicas, 1)
+	if o.SlowDelay <= 0 {
+		o.SlowDelay = 5 * time.Second
+	}
+	rc := newReceiver(o.FailingSubscriptions, o.SlowSubscriptions, o.SlowDelay)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -165,10 +231,24 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	dc.MaxInFlightPerSubscription = max(dc.MaxInFlightPerSubscription, 1)
 	dc.Logger = logger
 	res := &Result{Subscriptions: o.Subscriptions, Assets: o.Assets, Events: o.Events, LiveEvents: o.LiveEvents,
-		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription}
+		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription,
+		Replicas: o.Replicas, ClaimLoops: dc.ClaimLoops, FailingSubscriptions: o.FailingSubscriptions,
+		SlowSubscriptions: o.SlowSubscriptions}
+	// healthy counts the deliveries of [from, from+n) that go to healthy
+	// subscriptions (rows go round-robin over the subscriptions).
+	unhealthy := o.FailingSubscriptions + o.SlowSubscriptions
+	healthy := func(from, n int) int64 {
+		var c int64
+		for i := from; i < from+n; i++ {
+			if i%o.Subscriptions >= unhealthy {
+				c++
+			}
+		}
+		return c
+	}
 
 	// The machine's ceiling: the same client and receiver, no database.
-	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil), base+"/ceiling", dc.Workers)
+	res.CeilingPerSecond = ceiling(ctx, delivery.NewHTTPClient(dc.AllowedCIDRs, nil, dc.Workers), base+"/ceiling", dc.Workers)
 	logger.InfoContext(ctx, "ceiling measured", "http_posts_per_second", int(res.CeilingPerSecond))
 
 	subs := store.NewSubscriptionStore(pool, true, 0)
@@ -238,33 +318,70 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		}
 	})
 
-	d, err := delivery.NewDeliverer(pool, dc)
-	if err != nil {
-		stopSampling()
-		return nil, err
+	var ds []*delivery.Deliverer
+	for r := range o.Replicas {
+		p := pool
+		if r > 0 {
+			if p, err = pgxpool.NewWithConfig(ctx, pool.Config().Copy()); err != nil {
+				stopSampling()
+				return nil, fmt.Errorf("replica pool: %w", err)
+			}
+			defer p.Close()
+		}
+		rcfg := dc
+		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
+		d, err := delivery.NewDeliverer(p, rcfg)
+		if err != nil {
+			stopSampling()
+			return nil, err
+		}
+		ds = append(ds, d)
 	}
+	set := ds[0].Settings()
+	res.ClaimLoops, res.Workers, res.MaxInFlightPerSub = set.ClaimLoops, set.Workers, set.MaxInFlightPerSubscription
 	runCtx, stopDeliverer := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
+	runErr := make(chan error, len(ds))
+	dbName := pool.Config().ConnConfig.Database
+	pgBefore, pgOK := postgresCPU(dbName)
+	selfBefore := selfCPU()
 	start = time.Now()
-	go func() { runErr <- d.Run(runCtx) }()
+	for _, d := range ds {
+		go func() { runErr <- d.Run(runCtx) }()
+	}
 	stop := func() error {
 		stopDeliverer()
-		return <-runErr
+		var errs []error
+		for range ds {
+			errs = append(errs, <-runErr)
+		}
+		return errors.Join(errs...)
 	}
+	wantBacklog := healthy(0, o.Events)
 
-	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= int64(o.Events) }); err != nil {
+	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= wantBacklog }); err != nil {
 		stopSampling()
 		_ = stop()
-		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), o.Events, err)
+		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), wantBacklog, err)
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
 	if res.DrainSeconds > 0 {
-		res.DeliveriesPerSecond = float64(o.Events) / res.DrainSeconds
+		res.DeliveriesPerSecond = float64(wantBacklog) / res.DrainSeconds
+	}
+	if pgAfter, ok := postgresCPU(dbName); ok && pgOK && wantBacklog > 0 {
+		res.PostgresCPUMicrosPerDelivery = float64((pgAfter - pgBefore).Microseconds()) / float64(o.Events)
+	}
+	if o.Events > 0 {
+		res.ProcessCPUMicrosPerDelivery = float64((selfCPU() - selfBefore).Microseconds()) / float64(o.Events)
 	}
 	if res.CeilingPerSecond > 0 {
 		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
 	}
-	st := d.Stats()
+	var st delivery.Stats
+	for _, d := range ds {
+		x := d.Stats()
+		st.Claims, st.Claimed, st.ClaimTime = st.Claims+x.Claims, st.Claimed+x.Claimed, st.ClaimTime+x.ClaimTime
+		st.Records, st.Recorded, st.RecordTime = st.Records+x.Records, st.Recorded+x.Recorded, st.RecordTime+x.RecordTime
+	}
 	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
 	if st.Claims > 0 {
 		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
@@ -296,9 +413,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 			sent += n
 		}
 		t.Stop()
-		if err := waitUntil(ctx, func() bool { return rc.live.Load() >= int64(o.LiveEvents) }); err != nil {
+		wantLive := healthy(o.Events, o.LiveEvents)
+		if err := waitUntil(ctx, func() bool { return rc.live.Load() >= wantLive }); err != nil {
 			_ = stop()
-			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), o.LiveEvents, err)
+			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), wantLive, err)
 		}
 		rc.mu.Lock()
 		lat := slices.Clone(rc.latencies)
@@ -317,9 +435,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	res.Duplicates = int64(rs.Duplicates)
 	res.Overlaps = int64(rs.Overlaps)
 	res.SignatureFailures = int64(rs.SignatureFailures)
-	if res.NotDelivered, err = store.NotDelivered(ctx, pool); err != nil {
+	if res.NotDelivered, err = store.NotDelivered(ctx, pool, subIDs[unhealthy:]); err != nil {
 		return nil, err
 	}
+	rc.mu.Lock()
+	res.PeakInFlightPerSub = rc.peakSub
+	rc.mu.Unlock()
 	return res, nil
 }
 

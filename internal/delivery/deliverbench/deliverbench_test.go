@@ -36,7 +36,7 @@ func TestRunDeliversEverythingInOrder(t *testing.T) {
 
 func TestReceiverCountsOrderViolations(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver()
+	rc := newReceiver(0, 0, 0)
 	secret := store.NewSecret()
 	if err := rc.SetSecret("", secret); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,8 @@
 //     expired leases and release of claims on shutdown.
 //   - revive.go: dead → pending with attempts reset.
 //   - log.go: the delivery log (never the payload) and its attempts.
-//   - retention.go: deletion of delivered rows past retention.
+//   - retention.go: deletion of delivered rows past retention and of idle
+//     streams.
 //   - stats.go: the counts metrics and the demo read.
 //   - inspect.go: the console's views (health, one stream, a test event).
 //

@@ -27,3 +27,44 @@ func (s *DeliveryStore) PruneDelivered(ctx context.Context, retention time.Durat
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// pruneIdleStreamsSQL deletes up to $1 idle streams: parked at 'infinity'
+// (the claim found no open row) with no open delivery. It must never delete
+// the row of a stream that is getting a delivery at the same time — that
+// delivery would have no stream row and never be claimed:
+//   - the inserting transaction's trigger holds the stream row from its
+//     upsert until commit, so SKIP LOCKED passes it by;
+//   - a stream row changed after this statement's snapshot (an insert or a
+//     revive committed meanwhile) is re-checked when locked, and its
+//     ready_at is no longer 'infinity' (the outer condition and the
+//     subquery's, under PostgreSQL's re-check of locked rows);
+//   - if this statement deletes first, the insert's upsert waits for it and
+//     then inserts a fresh row, ready.
+//
+// Delivered and dead rows do not keep a stream: a revive re-creates it.
+// The batch is a MATERIALIZED CTE so its LIMIT holds (an IN (subquery)
+// can be re-run per outer row and delete more than the batch).
+const pruneIdleStreamsSQL = `
+WITH idle AS MATERIALIZED (
+  SELECT x.subscription_id, x.asset_key FROM bridge.delivery_streams x
+  WHERE x.ready_at = 'infinity'
+    AND NOT EXISTS (SELECT 1 FROM bridge.deliveries d
+                    WHERE d.subscription_id = x.subscription_id
+                      AND coalesce(d.asset_id, '') = x.asset_key
+                      AND d.status IN ('pending', 'delivering'))
+  LIMIT $1
+  FOR UPDATE OF x SKIP LOCKED
+)
+DELETE FROM bridge.delivery_streams st
+USING idle
+WHERE st.subscription_id = idle.subscription_id AND st.asset_key = idle.asset_key
+  AND st.ready_at = 'infinity'`
+
+// PruneIdleStreams deletes up to limit idle streams and reports how many.
+func (s *DeliveryStore) PruneIdleStreams(ctx context.Context, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, pruneIdleStreamsSQL, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune idle delivery streams: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -45,8 +45,11 @@ SELECT count(*) FILTER (WHERE status = 'delivered'),
   FROM bridge.deliveries
  WHERE subscription_id = $1`
 
-// notDeliveredSQL counts deliveries that are not delivered (yet).
-const notDeliveredSQL = `SELECT count(*) FROM bridge.deliveries WHERE status <> 'delivered'`
+// notDeliveredSQL counts deliveries that are not delivered (yet), of the
+// subscriptions in $1 (NULL: all).
+const notDeliveredSQL = `
+SELECT count(*) FROM bridge.deliveries
+WHERE status <> 'delivered' AND ($1::uuid[] IS NULL OR subscription_id = ANY($1))`
 
 // CountByStatus returns the number of deliveries per status.
 func CountByStatus(ctx context.Context, db DB) (map[string]int64, error) {
@@ -97,10 +100,11 @@ func SubscriptionOutcomes(ctx context.Context, db DB, subscriptionID string) (de
 	return delivered, dead, nil
 }
 
-// NotDelivered counts deliveries of any status but delivered.
-func NotDelivered(ctx context.Context, db DB) (int64, error) {
+// NotDelivered counts deliveries of any status but delivered, of the given
+// subscriptions (nil: all).
+func NotDelivered(ctx context.Context, db DB, subscriptionIDs []string) (int64, error) {
 	var n int64
-	if err := db.QueryRow(ctx, notDeliveredSQL).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, notDeliveredSQL, subscriptionIDs).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count undelivered: %w", err)
 	}
 	return n, nil

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -134,11 +136,20 @@ type SubscriptionInput struct {
 // ValidateURL accepts an absolute http(s) URL with a host; http only when
 // allowHTTP. (Where it points is checked at dial time, on every attempt.)
 func ValidateURL(raw string, allowHTTP bool) error {
+	if n := utf8.RuneCountInString(raw); n > MaxURLLength {
+		// Browsers, proxies and servers commonly refuse URLs past about
+		// 2 KiB: one that long can never be delivered to.
+		return &ValidationError{Field: "url", Value: shorten(raw), Problem: fmt.Sprintf("is %d characters long; at most %d are allowed", n, MaxURLLength)}
+	}
 	u, err := url.Parse(raw)
 	if err != nil || raw == "" {
 		return &ValidationError{Field: "url", Value: raw, Problem: "is not a valid URL"}
 	}
 	switch {
+	case strings.ContainsAny(raw, " "):
+		return &ValidationError{Field: "url", Value: raw, Problem: "must not contain spaces (percent-encode them as %20)"}
+	case u.Port() != "" && !validPort(u.Port()):
+		return &ValidationError{Field: "url", Value: raw, Problem: fmt.Sprintf("port %s is not a TCP port (1-65535)", u.Port())}
 	case u.Scheme != "http" && u.Scheme != "https":
 		return &ValidationError{Field: "url", Value: raw, Problem: "must be an absolute http:// or https:// URL"}
 	case u.Host == "" || u.Hostname() == "":
@@ -151,6 +162,27 @@ func ValidateURL(raw string, allowHTTP bool) error {
 		return &ValidationError{Field: "url", Value: raw, Problem: "must use https (set WEBHOOK_ALLOW_HTTP=true to allow http)"}
 	}
 	return nil
+}
+
+// Bounds of what a subscription stores (the CLI and the API both go through
+// the store). A 100 KB disable reason or a 10,000-character URL was
+// accepted, stored and printed in every listing.
+const (
+	MaxURLLength    = 2048
+	MaxReasonLength = 1024
+)
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// shorten keeps an error about an over-long value readable.
+func shorten(s string) string {
+	if r := []rune(s); len(r) > 80 {
+		return string(r[:80]) + "…"
+	}
+	return s
 }
 
 // validateEventTypes checks the patterns with contract.ValidateEventTypes
@@ -317,6 +349,9 @@ func (s *SubscriptionStore) Disable(ctx context.Context, id, reason string) (*Su
 	id, err := ParseID(id)
 	if err != nil {
 		return nil, err
+	}
+	if n := utf8.RuneCountInString(reason); n > MaxReasonLength {
+		return nil, &ValidationError{Field: "reason", Value: shorten(reason), Problem: fmt.Sprintf("is %d characters long; at most %d are allowed", n, MaxReasonLength)}
 	}
 	if reason == "" {
 		reason = "disabled by an operator"

@@ -1,0 +1,37 @@
+package delivery
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/outboxbridge/bridge/internal/config"
+)
+
+// TestDocumentedDefaultsAreTheEnvDefaults: every default this package's
+// Config documents for a WEBHOOK_* field is that variable's envDefault, and
+// withDefaults applies exactly those.
+func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := config.DocumentedDefaultMismatches("config.go", string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	want, err := ConfigFromEnv(config.Defaults().Webhook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Config{}.withDefaults()
+	if !slices.Equal(got.RetrySchedule, want.RetrySchedule) || got.DisableAfter != want.DisableAfter || got.Timeout != want.Timeout ||
+		got.Lease != want.Lease || got.Workers != want.Workers || got.MaxInFlightPerSubscription != want.MaxInFlightPerSubscription ||
+		got.PollInterval != want.PollInterval || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
+		t.Errorf("withDefaults %+v, environment defaults %+v", got, want)
+	}
+}

@@ -1,0 +1,77 @@
+package delivery
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+)
+
+// The Standard Webhooks slow-down answers (429, 502, 503, 504) are retried
+// after the Retry-After they carry (clamped to twice the scheduled delay);
+// any other failure's Retry-After is ignored and the schedule alone decides.
+// None of them moves the subscription's failure count while retries are left.
+func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status  int
+		honours bool
+	}{
+		{http.StatusTooManyRequests, true},
+		{http.StatusBadGateway, true},
+		{http.StatusServiceUnavailable, true},
+		{http.StatusGatewayTimeout, true},
+		{http.StatusInternalServerError, false},
+	}
+	for _, c := range cases {
+		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var mu sync.Mutex
+			var at []time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				mu.Lock()
+				at = append(at, time.Now())
+				n := len(at)
+				mu.Unlock()
+				if n == 1 {
+					// An HTTP date for one status, seconds for the others: both forms count.
+					if c.status == http.StatusGatewayTimeout {
+						w.Header().Set("Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat))
+					} else {
+						w.Header().Set("Retry-After", "2")
+					}
+					w.WriteHeader(c.status)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(srv.Close)
+			sub := b.createSub(t, srv.URL)
+			// Scheduled delay 1s (0.8–1.2s with jitter); twice it is 2s, the clamp.
+			b.runDeliverer(t, Config{RetrySchedule: []time.Duration{time.Second}})
+			id := b.insert(t, sub.ID, "a", 1, `{}`)
+			waitFor(t, "the first attempt to be recorded", waitLong, func() bool { return len(b.attempts(t, id)) == 1 })
+			if f := b.sub(t, sub.ID).ConsecutiveFailures; f != 0 {
+				t.Fatalf("HTTP %d with a retry left moved consecutive_failures to %d", c.status, f)
+			}
+			r := b.waitStatus(t, id, store.StatusDelivered)
+			if r.Attempts != 2 {
+				t.Fatalf("delivered after %d attempts, want 2", r.Attempts)
+			}
+			mu.Lock()
+			gap := at[1].Sub(at[0])
+			mu.Unlock()
+			if c.honours && gap < 1900*time.Millisecond {
+				t.Fatalf("HTTP %d with Retry-After: retried after %s, want the Retry-After (clamped to 2s)", c.status, gap)
+			}
+			if !c.honours && gap >= 1500*time.Millisecond {
+				t.Fatalf("HTTP %d: retried after %s; its Retry-After must be ignored (schedule 1s ±20%%)", c.status, gap)
+			}
+		})
+	}
+}

@@ -1,0 +1,119 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/kafkatest"
+)
+
+// Memory is bounded by bytes, not rows. Rows whose payload is over
+// RELAY_MAX_MESSAGE_BYTES are parked from the size the claim reads, without
+// their payloads ever reaching the relay, and a batch of large rows that may
+// be sent stops at RELAY_BATCH_BYTES. Before, the claim read up to
+// RELAY_BATCH_SIZE payloads before checking sizes: the 100 rows of 5 MB here
+// would have been ~500 MB in one batch.
+//
+// Not parallel: the heap is measured in this process, so no other test may
+// allocate meanwhile.
+func TestLargeRowsKeepMemoryBounded(t *testing.T) {
+	brokers := kafkatest.RealBrokers(t)
+	b := setup(t, brokers)
+	topic := kafkatest.CreateTopic(t, brokers, 3, nil)
+	ctx := context.Background()
+	const oversized, oversizedBytes = 100, 5_000_000
+	const large, largeBytes = 40, 600_000
+	// Written by the database itself (compressible payloads, so the fill is
+	// quick): the test measures the relay, not the enqueue path.
+	if _, err := b.db.Pool.Exec(ctx, `
+SELECT bridge.enqueue($1, 'over-' || (g % 10), 'too.big', to_jsonb(repeat('x', $2::int)))
+FROM generate_series(1, $3::int) g`, topic, oversizedBytes, oversized); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(ctx, `
+SELECT bridge.enqueue($1, 'large-' || (g % 10), 'large', to_jsonb(repeat('y', $2::int)))
+FROM generate_series(1, $3::int) g`, topic, largeBytes, large); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := fastConfig()
+	cfg.BatchSize = 1000
+	cfg.MaxMessageBytes = 1_000_000
+	cfg.BatchBytes = 4 << 20
+	var mostRows atomic.Int64
+	cfg.ClaimObserver = func(_ time.Duration, rows int) {
+		for {
+			m := mostRows.Load()
+			if int64(rows) <= m || mostRows.CompareAndSwap(m, int64(rows)) {
+				return
+			}
+		}
+	}
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseline := ms.HeapInuse
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				if m.HeapInuse > peak.Load() {
+					peak.Store(m.HeapInuse)
+				}
+			}
+		}
+	}()
+
+	rr := b.startRelay(cfg)
+	waitFor(t, 50*time.Second, "oversized rows FAILED and large rows SENT", func() (bool, string) {
+		c := b.countStatus()
+		return c["FAILED"] == oversized && c["SENT"] == large, fmt.Sprint(c)
+	})
+	if err := rr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	sampler.Wait()
+
+	const limit = 100 << 20
+	t.Logf("heap: baseline %.1f MiB, peak %.1f MiB; largest claim %d rows", float64(baseline)/(1<<20), float64(peak.Load())/(1<<20), mostRows.Load())
+	if p := peak.Load(); p > limit {
+		t.Fatalf("peak heap %.1f MiB while parking %d rows of %d bytes, want under 100 MiB", float64(p)/(1<<20), oversized, oversizedBytes)
+	}
+	// A claim of 600 kB payloads under a 4 MiB budget holds at most 7 of
+	// them (it stops once the bytes reach the budget); oversized rows cost
+	// nothing and may come along.
+	var reason string
+	if err := b.db.Pool.QueryRow(ctx, `SELECT last_error FROM bridge.outbox WHERE status = 'FAILED' LIMIT 1`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if !contains(reason, fmt.Sprintf("payload is %d bytes", oversizedBytes+2)) || !contains(reason, "RELAY_MAX_MESSAGE_BYTES") {
+		t.Fatalf("park reason %q should give the payload's size and the limit", reason)
+	}
+	var largest int
+	if err := b.db.Pool.QueryRow(ctx, `
+SELECT coalesce(max(n), 0) FROM (
+  SELECT count(*) AS n FROM bridge.outbox WHERE status = 'SENT' GROUP BY date_trunc('milliseconds', sent_at)) s`).Scan(&largest); err != nil {
+		t.Fatal(err)
+	}
+	if largest > 7 {
+		t.Fatalf("%d rows of %d bytes were marked together: a batch must stop at RELAY_BATCH_BYTES (4 MiB)", largest, largeBytes)
+	}
+}
