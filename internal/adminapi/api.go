@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxbridge/bridge/api"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -81,7 +82,7 @@ func Mount(m Mounter, cfg Config) bool {
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	_, _ = w.Write(api.OpenAPI)
 }
 
@@ -305,7 +306,6 @@ type errorBody struct {
 var storeFields = map[string]string{
 	"event-types":     "event_types",
 	"subscription id": "id",
-	"after":           "cursor",
 }
 
 func (a *adminAPI) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -340,13 +340,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error (response encoding)"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// list is every list's answer.
-type list[T any] struct {
+// List is every list's answer, in the API and in the CLI's -o json (one
+// shape and one cursor name everywhere: a script written against one works
+// against the other).
+type List[T any] struct {
 	Items []T `json:"items"`
 	// NextCursor fetches the next page; absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`

@@ -37,7 +37,7 @@ func (a *adminAPI) listDeliveries(w http.ResponseWriter, r *http.Request) error 
 		}
 		return err
 	}
-	out := list[store.Delivery]{Items: page.Deliveries}
+	out := List[store.Delivery]{Items: page.Deliveries}
 	if out.Items == nil {
 		out.Items = []store.Delivery{}
 	}
@@ -88,7 +88,7 @@ func (a *adminAPI) deliveryAttempts(w http.ResponseWriter, r *http.Request) erro
 	if attempts == nil {
 		attempts = []store.Attempt{}
 	}
-	writeJSON(w, http.StatusOK, list[store.Attempt]{Items: attempts})
+	writeJSON(w, http.StatusOK, List[store.Attempt]{Items: attempts})
 	return nil
 }
 

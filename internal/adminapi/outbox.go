@@ -48,7 +48,7 @@ func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := list[outboxstore.FailedRow]{Items: items}
+	page := List[outboxstore.FailedRow]{Items: items}
 	if page.Items == nil {
 		page.Items = []outboxstore.FailedRow{}
 	}

@@ -83,7 +83,7 @@ func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) err
 			start++
 		}
 	}
-	page := list[store.Subscription]{Items: []store.Subscription{}}
+	page := List[store.Subscription]{Items: []store.Subscription{}}
 	for i := start; i < len(subs) && len(page.Items) < limit; i++ {
 		page.Items = append(page.Items, *withoutSecret(&subs[i]))
 	}

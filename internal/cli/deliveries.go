@@ -35,12 +35,12 @@ error, first 1 KiB of the response). The log never shows payloads; only
 
 func newDeliveriesListCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "list [--subscription ID] [--status S] [--asset A] [--limit N] [--after CURSOR]",
+		Use:   "list [--subscription ID] [--status S] [--asset A] [--limit N] [--cursor CURSOR]",
 		Short: "List deliveries, newest first, a page at a time (never payloads)",
 		Example: `  bridge deliveries list --status dead
   bridge deliveries list --subscription 3f0c6a52-… --asset order-42 -o json
   bridge deliveries list --asset ''          # the null-asset stream
-  bridge deliveries list --after 10234       # next page (cursor printed by the previous one)`,
+  bridge deliveries list --status dead --cursor 10234   # next page (the command is printed by the previous one)`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(c)
@@ -48,12 +48,18 @@ func newDeliveriesListCmd() *cobra.Command {
 	status := c.Flags().String("status", "", "pending, delivering, delivered or dead")
 	asset := c.Flags().String("asset", "", "only this asset ('' with the flag given: the null asset)")
 	limit := c.Flags().Int("limit", 50, "rows per page (1-1000)")
+	cursor := c.Flags().String("cursor", "", "next_cursor of the previous page (the API's name for it)")
+	// --after was this flag's first name; kept so scripts keep working.
 	after := c.Flags().String("after", "", "cursor from the previous page")
+	_ = c.Flags().MarkDeprecated("after", "use --cursor")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
-		p := store.ListParams{SubscriptionID: *sub, Status: *status, Limit: *limit, After: *after}
+		if *cursor == "" {
+			cursor = after
+		}
+		p := store.ListParams{SubscriptionID: *sub, Status: *status, Limit: *limit, After: *cursor}
 		if cmd.Flags().Changed("asset") {
 			p.AssetID = asset
 		}
@@ -64,10 +70,7 @@ func newDeliveriesListCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if *out == "json" {
-				if page.Deliveries == nil {
-					page.Deliveries = []store.Delivery{}
-				}
-				return printJSON(w, page)
+				return printList(w, page.Deliveries, page.NextCursor)
 			}
 			rows := make([][]string, len(page.Deliveries))
 			for i, d := range page.Deliveries {
@@ -79,12 +82,31 @@ func newDeliveriesListCmd() *cobra.Command {
 				return err
 			}
 			if page.NextCursor != "" {
-				fmt.Fprintf(w, "\nmore: --after %s\n", page.NextCursor)
+				// The whole command, filters included: the next page of
+				// "--status dead" is not the next page of everything.
+				next := []string{"bridge", "deliveries", "list"}
+				for _, f := range []string{"subscription", "status", "asset", "limit"} {
+					if cmd.Flags().Changed(f) {
+						next = append(next, "--"+f, shellQuote(cmd.Flags().Lookup(f).Value.String()))
+					}
+				}
+				next = append(next, "--cursor", page.NextCursor)
+				fmt.Fprintf(w, "\nmore: %s\n", strings.Join(next, " "))
 			}
 			return nil
 		})
 	}
 	return c
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it ('' for empty).
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/=@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func parseDeliveryID(s string) (int64, error) {
@@ -117,10 +139,7 @@ func newDeliveriesAttemptsCmd() *cobra.Command {
 				return err
 			}
 			if *out == "json" {
-				if as == nil {
-					as = []store.Attempt{}
-				}
-				return printJSON(cmd.OutOrStdout(), as)
+				return printList(cmd.OutOrStdout(), as, "")
 			}
 			rows := make([][]string, len(as))
 			for i, a := range as {

@@ -54,7 +54,7 @@ VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exp
 	}
 	// The null-asset filter and paging.
 	var page struct {
-		Deliveries []json.RawMessage `json:"deliveries"`
+		Deliveries []json.RawMessage `json:"items"`
 		NextCursor string            `json:"next_cursor"`
 	}
 	if err := json.Unmarshal([]byte(mustRunBridge(t, "deliveries", "list", "--asset", "", "-o", "json")), &page); err != nil || len(page.Deliveries) != 0 {
@@ -100,10 +100,10 @@ SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, s
 	for range 10 {
 		args := []string{"deliveries", "list", "--limit", "2", "-o", "json"}
 		if after != "" {
-			args = append(args, "--after", after)
+			args = append(args, "--cursor", after)
 		}
 		var page struct {
-			Deliveries []struct{ ID int64 } `json:"deliveries"`
+			Deliveries []struct{ ID int64 } `json:"items"`
 			NextCursor string               `json:"next_cursor"`
 		}
 		if err := json.Unmarshal([]byte(mustRunBridge(t, args...)), &page); err != nil {
@@ -122,5 +122,62 @@ SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, s
 	}
 	if len(seen) != 5 {
 		t.Fatalf("paging saw %d deliveries, want 5", len(seen))
+	}
+	// The table's hint is the whole next command, filters included; run
+	// as printed, it gives the next page of the same filter.
+	out := mustRunBridge(t, "deliveries", "list", "--status", "pending", "--limit", "2")
+	i := strings.Index(out, "more: ")
+	if i < 0 {
+		t.Fatalf("no next-page hint:\n%s", out)
+	}
+	hint := strings.Fields(strings.TrimSpace(out[i+len("more: "):]))
+	if strings.Join(hint[:7], " ") != "bridge deliveries list --status pending --limit 2" || hint[7] != "--cursor" {
+		t.Fatalf("hint %q does not repeat the filters", hint)
+	}
+	if next := mustRunBridge(t, hint[1:]...); strings.Count(next, "  pending  ") != 2 || !strings.Contains(next, "--cursor") {
+		t.Errorf("the hinted command does not give the next 2 pending:\n%s", next)
+	}
+	// --after, the flag's first name, still works.
+	if code, _, errOut := runBridge(t, "deliveries", "list", "--after", hint[8]); code != ExitOK {
+		t.Errorf("--after: exit %d %s", code, errOut)
+	}
+}
+
+// Every listing's -o json has one shape, the admin API's:
+// {"items": [...], "next_cursor": …} (next_cursor only when there is more).
+func TestListingsShareOneJSONShape(t *testing.T) {
+	db := webhookCLIEnv(t)
+	ctx := context.Background()
+	var sub string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := db.Pool.QueryRow(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, payload, event_created_at)
+VALUES ($1, 'e1', 't', 'assets', '{}', now()) RETURNING id`, sub).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"subscriptions", "list", "-o", "json"},
+		{"deliveries", "list", "-o", "json"},
+		{"deliveries", "attempts", strconv.FormatInt(id, 10), "-o", "json"},
+		{"outbox", "failed", "-o", "json"},
+	} {
+		var page map[string]json.RawMessage
+		out := mustRunBridge(t, args...)
+		if err := json.Unmarshal([]byte(out), &page); err != nil {
+			t.Errorf("bridge %s: not a JSON object: %v\n%s", strings.Join(args, " "), err, out)
+			continue
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(page["items"], &items); err != nil || items == nil {
+			t.Errorf("bridge %s: no items array: %s", strings.Join(args, " "), out)
+		}
+		for k := range page {
+			if k != "items" && k != "next_cursor" {
+				t.Errorf("bridge %s: field %q besides items and next_cursor", strings.Join(args, " "), k)
+			}
+		}
 	}
 }

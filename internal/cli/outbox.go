@@ -102,10 +102,7 @@ func newOutboxFailedCmd() *cobra.Command {
 			return err
 		}
 		if *out == "json" {
-			if rows == nil {
-				rows = []outboxstore.FailedRow{}
-			}
-			return printJSON(cmd.OutOrStdout(), rows)
+			return printList(cmd.OutOrStdout(), rows, "")
 		}
 		table := make([][]string, 0, len(rows))
 		for _, r := range rows {

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/adminapi"
 )
 
 // addOutputFlag adds -o/--output (table|json) to a listing command.
@@ -22,6 +24,15 @@ func checkOutput(format string) error {
 		return UsageErrorf("--output must be table or json, got %q", format)
 	}
 	return nil
+}
+
+// printList writes a listing as -o json: {"items": [...], "next_cursor": …},
+// the admin API's shape, with [] rather than null for no items.
+func printList[T any](w io.Writer, items []T, nextCursor string) error {
+	if items == nil {
+		items = []T{}
+	}
+	return printJSON(w, adminapi.List[T]{Items: items, NextCursor: nextCursor})
 }
 
 // printJSON writes v as indented JSON.

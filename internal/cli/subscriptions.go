@@ -116,10 +116,7 @@ func newSubListCmd() *cobra.Command {
 				return err
 			}
 			if *out == "json" {
-				if subs == nil {
-					subs = []store.Subscription{}
-				}
-				return printJSON(cmd.OutOrStdout(), subs)
+				return printList(cmd.OutOrStdout(), subs, "")
 			}
 			rows := make([][]string, len(subs))
 			for i, s := range subs {

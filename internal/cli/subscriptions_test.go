@@ -69,7 +69,7 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"revive bad id", []string{"deliveries", "revive", "x1"}, "not a positive integer"},
 		{"revive unknown subscription", []string{"deliveries", "revive", "--subscription", unknown, "--dead"}, "not found"},
 		{"list bad status", []string{"deliveries", "list", "--status", "lost"}, "status"},
-		{"list bad cursor", []string{"deliveries", "list", "--after", "abc"}, "cursor"},
+		{"list bad cursor", []string{"deliveries", "list", "--cursor", "abc"}, "cursor"},
 		{"list bad limit", []string{"deliveries", "list", "--limit", "0"}, "limit"},
 		{"attempts unknown", []string{"deliveries", "attempts", "999999"}, "not found"},
 		{"show unknown", []string{"deliveries", "show", "999999"}, "not found"},
@@ -136,7 +136,7 @@ func TestSubscriptionsCLILifecycle(t *testing.T) {
 	if out := mustRunBridge(t, "subscriptions", "delete", created.ID, "-o", "json"); !strings.Contains(out, `"deleted": true`) {
 		t.Errorf("delete output:\n%s", out)
 	}
-	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.Join(strings.Fields(out), "") != `{"items":[]}` {
 		t.Errorf("list after delete: %s", out)
 	}
 }

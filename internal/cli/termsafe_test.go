@@ -77,10 +77,12 @@ VALUES ($1, 1, now(), 1, 500, 'HTTP 500', $2)`, id, "answer "+evil); err != nil 
 			}
 		}
 	}
-	var as []struct {
-		ResponseBody string `json:"response_body"`
+	var as struct {
+		Items []struct {
+			ResponseBody string `json:"response_body"`
+		}
 	}
-	if err := json.Unmarshal([]byte(mustRunBridge(t, "deliveries", "attempts", ids, "-o", "json")), &as); err != nil || len(as) != 1 || as[0].ResponseBody != "answer "+evil {
+	if err := json.Unmarshal([]byte(mustRunBridge(t, "deliveries", "attempts", ids, "-o", "json")), &as); err != nil || len(as.Items) != 1 || as.Items[0].ResponseBody != "answer "+evil {
 		t.Errorf("attempts -o json = %+v (%v), want the answer exactly as stored", as, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 )
 
@@ -82,7 +83,7 @@ func (c *Console) renderPage(w http.ResponseWriter, r *http.Request, status int,
 		http.Error(w, "internal error (logged by the bridge)", http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set(contract.HeaderContentType, "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

@@ -27,7 +27,10 @@ const ScratchSuffix = "_demo"
 // database configuration to run with.
 func PrepareDatabase(ctx context.Context, cfg config.Database, embedded bool, log *slog.Logger) (_ config.Database, note string, err error) {
 	err = prepare(ctx, cfg, embedded, log)
-	if !errors.Is(err, ErrNotScratch) {
+	// A database whose schema this build cannot vouch for (migrated by a
+	// development build from before the baseline) is not the demo's to
+	// recreate: it moves next door, like for someone else's events.
+	if !errors.Is(err, ErrNotScratch) && !errors.Is(err, database.ErrSchemaUnknown) {
 		return cfg, "", err
 	}
 	reason := err
@@ -40,10 +43,40 @@ func PrepareDatabase(ctx context.Context, cfg config.Database, embedded bool, lo
 	}
 	next := cfg
 	next.URL = scratch
-	if err := prepare(ctx, next, embedded, log); err != nil {
+	err = prepare(ctx, next, embedded, log)
+	if errors.Is(err, database.ErrSchemaUnknown) {
+		// The scratch database is the demo's own: one from before the
+		// baseline is recreated rather than refused.
+		log.InfoContext(ctx, "recreating the demo's scratch database (its schema is from an earlier development build)", "database", name)
+		if rerr := recreateDatabase(ctx, cfg, name); rerr != nil {
+			return cfg, "", fmt.Errorf("scratch database %s: %w (and cannot recreate it: %v)", name, err, rerr)
+		}
+		err = prepare(ctx, next, embedded, log)
+	}
+	if err != nil {
 		return cfg, "", fmt.Errorf("scratch database %s: %w", name, err)
 	}
-	return next, fmt.Sprintf("instead of %s: %s", dbName(cfg.URL), strings.TrimPrefix(reason.Error(), ErrNotScratch.Error()+": ")), nil
+	why := strings.TrimPrefix(reason.Error(), ErrNotScratch.Error()+": ")
+	if errors.Is(reason, database.ErrSchemaUnknown) {
+		why = "its schema was created by an earlier development build (recreate it to use it)"
+	}
+	return next, fmt.Sprintf("instead of %s: %s", dbName(cfg.URL), why), nil
+}
+
+// recreateDatabase drops and creates the demo's scratch database name.
+func recreateDatabase(ctx context.Context, cfg config.Database, name string) error {
+	pool, err := database.Connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+	defer cancel()
+	if _, err := pool.Exec(qctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	_, err = pool.Exec(qctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
 }
 
 func prepare(ctx context.Context, cfg config.Database, embedded bool, log *slog.Logger) error {

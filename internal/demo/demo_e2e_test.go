@@ -9,16 +9,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
 	"github.com/outboxbridge/bridge/internal/cli"
+	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
@@ -250,5 +253,63 @@ func TestDemoLeavesOtherApplicationsEventsAlone(t *testing.T) {
 	}
 	if want := "/" + scratch; !strings.Contains(sum.Database, want) {
 		t.Errorf("ran in %s, want the scratch database %s", sum.Database, scratch)
+	}
+}
+
+// TestDemoMovesAwayFromADatabaseFromBeforeTheBaseline: a database migrated by
+// a development build from before the baseline is refused by migrate; the demo
+// leaves it untouched and runs in "<name>_demo" instead — and recreates that
+// one when it is itself from before the baseline (it is the demo's own).
+func TestDemoMovesAwayFromADatabaseFromBeforeTheBaseline(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	preFold := func(t *testing.T, pool *pgxpool.Pool) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`); err != nil {
+			t.Fatal(err)
+		}
+		for v := 2; v <= 7; v++ {
+			if _, err := pool.Exec(ctx, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	preFold(t, db.Pool)
+	scratch := db.Name + demo.ScratchSuffix
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, pgx.Identifier{scratch}.Sanitize()))
+	})
+	// The scratch database exists already, migrated before the baseline too.
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s`, pgx.Identifier{scratch}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + scratch
+	sp, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := database.Migrate(ctx, sp, nil); err != nil {
+		t.Fatal(err)
+	}
+	preFold(t, sp)
+	sp.Close()
+
+	sum, err := run(t, ctx, db, nil, demo.Options{Events: 50, Assets: 5, Rate: -1, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("RunDemo: %v", err)
+	}
+	if err := sum.Err(); err != nil || sum.Delivered != 49 {
+		t.Errorf("Err() = %v, delivered %d", err, sum.Delivered)
+	}
+	if want := "/" + scratch; !strings.Contains(sum.Database, want) {
+		t.Errorf("ran in %s, want the scratch database %s", sum.Database, scratch)
+	}
+	if v, err := database.SchemaVersion(ctx, db.Pool); err != nil || v != 7 {
+		t.Errorf("the pre-baseline database is at version %d (%v), want it left at 7", v, err)
 	}
 }

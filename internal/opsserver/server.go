@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/database"
 )
 
@@ -98,7 +99,7 @@ func New(cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set(contract.HeaderContentType, "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -248,7 +249,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.ShowDetails == nil || !s.cfg.ShowDetails(r) {
 		res = res.withoutDetails()
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(contract.HeaderContentType, contract.ContentTypeJSON)
 	w.Header().Set("Cache-Control", "no-store")
 	if !res.OK() {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // Pipeline is one fault run's world: a database, brokers, the bridge
@@ -539,9 +540,9 @@ func ReadTopic(ctx context.Context, brokers []string, topic string) ([]judge.Kaf
 				ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch}
 			for _, h := range r.Headers {
 				switch h.Key {
-				case "dedup-id":
+				case contract.HeaderDedupID:
 					kr.DedupID = string(h.Value)
-				case "asset-seq":
+				case contract.HeaderAssetSeq:
 					kr.AssetSeq, _ = strconv.ParseInt(string(h.Value), 10, 64)
 				}
 			}

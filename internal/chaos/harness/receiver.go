@@ -16,6 +16,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // Receiver is the webhook endpoint of a fault run. It serves
@@ -145,14 +146,14 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request) {
 	case wh.Verify(body, req.Header) != nil:
 		status = http.StatusUnauthorized
 	default:
-		k := sub + "/" + req.Header.Get("webhook-id")
+		k := sub + "/" + req.Header.Get(contract.HeaderWebhookID)
 		r.attempts[k]++
 		if r.attempts[k] <= r.FailFirst[sub] {
 			status = http.StatusInternalServerError
 		}
 	}
-	line := Line{Sub: sub, WebhookID: req.Header.Get("webhook-id"), Timestamp: req.Header.Get("webhook-timestamp"),
-		Signature: req.Header.Get("webhook-signature"), Body: string(body), Start: start, End: time.Now(), Status: status}
+	line := Line{Sub: sub, WebhookID: req.Header.Get(contract.HeaderWebhookID), Timestamp: req.Header.Get(contract.HeaderWebhookTimestamp),
+		Signature: req.Header.Get(contract.HeaderWebhookSignature), Body: string(body), Start: start, End: time.Now(), Status: status}
 	b, _ := json.Marshal(line)
 	_, werr := r.log.Write(append(b, '\n'))
 	r.count++

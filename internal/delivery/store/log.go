@@ -92,7 +92,7 @@ func (s *DeliveryStore) List(ctx context.Context, p ListParams) (*Page, error) {
 	if p.After != "" {
 		n, err := strconv.ParseInt(p.After, 10, 64)
 		if err != nil || n <= 0 {
-			return nil, &ValidationError{Field: "after", Value: p.After, Problem: "is not a cursor from a previous page"}
+			return nil, &ValidationError{Field: "cursor", Value: p.After, Problem: "is not a cursor from a previous page"}
 		}
 		after = n
 	}
