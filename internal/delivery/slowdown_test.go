@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // The Standard Webhooks slow-down answers (429, 502, 503, 504) are retried
@@ -55,7 +56,7 @@ func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
 			// Scheduled delay 1s (0.8–1.2s with jitter); twice it is 2s, the clamp.
 			b.runDeliverer(t, Config{RetrySchedule: []time.Duration{time.Second}})
 			id := b.insert(t, sub.ID, "a", 1, `{}`)
-			waitFor(t, "the first attempt to be recorded", waitLong, func() bool { return len(b.attempts(t, id)) == 1 })
+			testkit.Eventually(t, waitLong, func() string { return testkit.Unless(len(b.attempts(t, id)) == 1, "the first attempt to be recorded") })
 			if f := b.sub(t, sub.ID).ConsecutiveFailures; f != 0 {
 				t.Fatalf("HTTP %d with a retry left moved consecutive_failures to %d", c.status, f)
 			}
