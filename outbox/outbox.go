@@ -226,7 +226,7 @@ func traceContext(ctx context.Context) (traceparent, tracestate *string) {
 	tp := carrier[w3cTraceparent]
 	if !traceparentRe.MatchString(tp) {
 		if Logger != nil {
-			Logger.WarnContext(ctx, "dropping malformed traceparent", "traceparent", tp)
+			Logger.WarnContext(ctx, "dropping malformed traceparent", w3cTraceparent, tp)
 		}
 		return nil, nil
 	}

@@ -142,6 +142,7 @@ func (a *adminAPI) routeTable() []route {
 		{"GET /api/v1/deliveries/{id}", a.getDelivery},
 		{"GET /api/v1/deliveries/{id}/attempts", a.deliveryAttempts},
 		{"POST /api/v1/deliveries/revive", a.reviveDeliveries},
+		{"POST /api/v1/deliveries/recover", a.recoverDeliveries},
 	}
 }
 

@@ -17,6 +17,7 @@
 //	GET    /api/v1/deliveries/{id}
 //	GET    /api/v1/deliveries/{id}/attempts
 //	POST   /api/v1/deliveries/revive             {"ids":[…]} | {"subscription_id":…,"dead":true}
+//	POST   /api/v1/deliveries/recover            {"subscription_id":…,"since":…,"until":…} a window's dead ones
 //	GET    /openapi.json                         api/openapi.json (no token needed)
 //
 // The API exists only when ADMIN_TOKEN is set: without it nothing is

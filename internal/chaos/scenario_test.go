@@ -37,32 +37,37 @@ func scenarioPlan() plan {
 	if long() {
 		return plan{load: 120 * time.Second, rate: 50, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
-			drainBound: 180 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
+			drainBound: 180 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 	}
 	return plan{load: 30 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 		receiverDown: 5 * time.Second, brokerDown: 10 * time.Second, postgresDown: 4 * time.Second,
-		drainBound: 150 * time.Second, stallBound: 0, takeoverBound: harness.RelayLease + time.Second}
+		drainBound: 150 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 }
+
+// takeoverSlack is the measurement's resolution: the sampler reads the
+// lanes every 200 ms, and on a loaded machine its query lands late.
+const takeoverSlack = 500 * time.Millisecond
 
 // report is what a run measured, printed and (CHAOS_REPORT=path) appended as
 // one JSON line for the closing note.
 type report struct {
-	Scenario         string           `json:"scenario"`
-	Events           int              `json:"events_committed"`
-	TxCommitted      int64            `json:"tx_committed"`
-	TxFailed         int64            `json:"tx_failed"`
-	RolledBack       int              `json:"rolled_back_events"`
-	Kills            map[string]int   `json:"kills"`
-	Outages          []string         `json:"outages"`
-	Verdict          judge.Verdict    `json:"verdict"`
-	DrainSeconds     float64          `json:"drain_seconds"`
-	LongestStall     float64          `json:"longest_group_stall_seconds"`
-	LongestStallAny  float64          `json:"longest_group_stall_incl_outages_seconds"`
-	Takeovers        []takeoverReport `json:"relay_takeovers"`
-	Unexpected       map[string]int   `json:"unexpected_exits"`
-	LostAcknowledged int              `json:"acknowledged_commits_lost"`
-	ExitReasons      []string         `json:"unexpected_exit_examples,omitempty"`
-	Extra            map[string]any   `json:"extra,omitempty"`
+	Scenario            string           `json:"scenario"`
+	Events              int              `json:"events_committed"`
+	TxCommitted         int64            `json:"tx_committed"`
+	TxFailed            int64            `json:"tx_failed"`
+	RolledBack          int              `json:"rolled_back_events"`
+	Kills               map[string]int   `json:"kills"`
+	Outages             []string         `json:"outages"`
+	Verdict             judge.Verdict    `json:"verdict"`
+	DrainSeconds        float64          `json:"drain_seconds"`
+	LongestStall        float64          `json:"longest_group_stall_seconds"`
+	LongestStallAny     float64          `json:"longest_group_stall_incl_outages_seconds"`
+	LongestStallChained float64          `json:"longest_group_stall_two_kills_seconds"`
+	Takeovers           []takeoverReport `json:"relay_takeovers"`
+	Unexpected          map[string]int   `json:"unexpected_exits"`
+	LostAcknowledged    int              `json:"acknowledged_commits_lost"`
+	ExitReasons         []string         `json:"unexpected_exit_examples,omitempty"`
+	Extra               map[string]any   `json:"extra,omitempty"`
 }
 
 type takeoverReport struct {
@@ -85,8 +90,8 @@ func (r *report) print(t *testing.T) {
 		"order violations %d / two-in-flight %d / bad signatures %d / FAILED %d / dead %d\n",
 		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.OrderViolations, v.TwoInFlight,
 		v.BadSignatures, v.Failed, v.Dead)
-	fmt.Fprintf(&b, "drain after the load %.1fs; longest consumer-group stall %.1fs (%.1fs including outages)\n",
-		r.DrainSeconds, r.LongestStall, r.LongestStallAny)
+	fmt.Fprintf(&b, "drain after the load %.1fs; longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
+		r.DrainSeconds, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
 	for _, to := range r.Takeovers {
 		if to.Lanes == 0 {
 			continue // it had not taken lanes yet since its restart
@@ -162,11 +167,30 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 			}
 		}
 	}
+	events := p.Events()
 	for _, st := range p.Stalls(0) {
 		if st.Len().Seconds() > r.LongestStallAny {
 			r.LongestStallAny = st.Len().Seconds()
 		}
-		if !st.Outage && st.Len().Seconds() > r.LongestStall {
+		if st.Outage {
+			continue
+		}
+		// Held to the bound: a stall that one SIGKILL of a process with a
+		// consumer explains. Kills come every few seconds, so two of them can
+		// chain their stalls into one longer period.
+		kills := 0
+		for _, e := range events {
+			if (e.Kind == "consume" || e.Kind == "run") && e.At.After(st.From.Add(-10*time.Second)) && e.At.Before(st.To) {
+				kills++
+			}
+		}
+		if kills > 1 {
+			if st.Len().Seconds() > r.LongestStallChained {
+				r.LongestStallChained = st.Len().Seconds()
+			}
+			continue
+		}
+		if st.Len().Seconds() > r.LongestStall {
 			r.LongestStall = st.Len().Seconds()
 		}
 	}
@@ -196,7 +220,7 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 		t.Errorf("consumer group stalled %.1fs (not during an outage), bound %s", r.LongestStall, stallBound)
 	}
 	if takeoverBound > 0 && worstTakeover > takeoverBound {
-		t.Errorf("relay lane takeover took %s, bound %s (RELAY_LEASE_TIMEOUT + 1s)", worstTakeover.Round(100*time.Millisecond), takeoverBound)
+		t.Errorf("relay lane takeover took %s, bound %s (RELAY_LEASE_TIMEOUT + 1s + %s sampling slack)", worstTakeover.Round(100*time.Millisecond), takeoverBound, takeoverSlack)
 	}
 	if t.Failed() {
 		for _, pr := range p.Procs {

@@ -21,15 +21,17 @@ func newDeliveriesCmd() *cobra.Command {
 		Use:     "deliveries",
 		Aliases: []string{"delivery"},
 		GroupID: groupOperate,
-		Short:   "The delivery log: list, attempts, show, revive dead deliveries",
+		Short:   "The delivery log: list, attempts, show, revive and recover dead deliveries",
 		Long: `Every webhook delivery and each of its HTTP attempts (time, duration, status,
 error, first 1 KiB of the response). The log never shows payloads; only
 'show ID --payload' does, on purpose.`,
 		Example: `  bridge deliveries list --subscription 3f0c6a52-… --status dead
   bridge deliveries attempts 1234
-  bridge deliveries revive --subscription 3f0c6a52-… --dead`,
+  bridge deliveries revive --subscription 3f0c6a52-… --dead
+  bridge deliveries recover --subscription 3f0c6a52-… --since 2026-03-01T02:10:00Z --until 2026-03-01T04:40:00Z`,
 	}
-	c.AddCommand(newDeliveriesListCmd(), newDeliveriesAttemptsCmd(), newDeliveriesShowCmd(), newDeliveriesReviveCmd())
+	c.AddCommand(newDeliveriesListCmd(), newDeliveriesAttemptsCmd(), newDeliveriesShowCmd(), newDeliveriesReviveCmd(),
+		newDeliveriesRecoverCmd())
 	return c
 }
 

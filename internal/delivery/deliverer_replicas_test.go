@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // overlapReceiver records, per subscription (URL path), the most requests it
@@ -80,10 +82,10 @@ func TestInFlightCapExactAcrossThreeReplicas(t *testing.T) {
 			ClaimLoops: 2, PollInterval: 2 * time.Millisecond})
 	}
 	want := len(subs) * assets * perAsset
-	waitFor(t, "every delivery to arrive", 2*time.Minute, func() bool {
+	testkit.Eventually(t, 2*time.Minute, func() string {
 		var n int
 		_ = b.pool.QueryRow(context.Background(), `SELECT count(*) FROM bridge.deliveries WHERE status = 'delivered'`).Scan(&n)
-		return n == want
+		return testkit.Unless(n == want, "every delivery to arrive")
 	})
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
@@ -22,9 +23,9 @@ const waitLong = 20 * time.Second
 func (b *testBundle) waitStatus(t *testing.T, id int64, status string) row {
 	t.Helper()
 	var r row
-	waitFor(t, "delivery to be "+status, waitLong, func() bool {
+	testkit.Eventually(t, waitLong, func() string {
 		r = b.get(t, id)
-		return r.Status == status
+		return testkit.Unless(r.Status == status, "%s", "delivery to be "+status)
 	})
 	return r
 }
@@ -164,7 +165,7 @@ func TestDeadIncrementsFailureCountButARetriedAttemptDoesNot(t *testing.T) {
 	behind := b.insert(t, sub.ID, "x", 2, `{"v": "good"}`)
 
 	// The first attempt failed and waits for its retry: it must not count.
-	waitFor(t, "the first attempt to be recorded", waitLong, func() bool { return len(b.attempts(t, bad)) == 1 })
+	testkit.Eventually(t, waitLong, func() string { return testkit.Unless(len(b.attempts(t, bad)) == 1, "the first attempt to be recorded") })
 	if f := b.sub(t, sub.ID).ConsecutiveFailures; f != 0 {
 		t.Fatalf("a failed attempt that will be retried moved consecutive_failures to %d", f)
 	}
@@ -407,7 +408,7 @@ func TestShutdownReleasesInFlightWithoutCharging(t *testing.T) {
 	sub := b.createSub(t, rc.URL)
 	_, stop := b.runDeliverer(t, Config{ShutdownGrace: 100 * time.Millisecond})
 	id := b.insert(t, sub.ID, "a", 1, `{}`)
-	waitFor(t, "the request to arrive", waitLong, func() bool { return len(rc.requests()) == 1 })
+	testkit.Eventually(t, waitLong, func() string { return testkit.Unless(len(rc.requests()) == 1, "the request to arrive") })
 	if err := stop(); err != nil {
 		t.Fatalf("Run returned %v on a clean shutdown, want nil", err)
 	}
@@ -464,10 +465,10 @@ func TestNotifyWakesTheDelivererWithoutPolling(t *testing.T) {
 	// A poll interval of an hour: only NOTIFY bridge_deliveries can wake it.
 	b.runDeliverer(t, Config{PollInterval: time.Hour})
 	// Let the LISTEN connection come up (Run pokes once when it does).
-	waitFor(t, "the LISTEN connection", waitLong, func() bool {
+	testkit.Eventually(t, waitLong, func() string {
 		var n int
 		_ = b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n)
-		return n > 0
+		return testkit.Unless(n > 0, "the LISTEN connection")
 	})
 	// The first may ride on the poke Run gives itself once LISTEN is up; the
 	// second arrives when the deliverer is idle, so only NOTIFY can wake it.
@@ -555,9 +556,9 @@ UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() - interv
 		t.Fatal(err)
 	}
 	b.runDeliverer(t, Config{Retention: 7 * 24 * time.Hour, PruneInterval: 50 * time.Millisecond})
-	waitFor(t, "retention to delete the old delivered row", waitLong, func() bool {
+	testkit.Eventually(t, waitLong, func() string {
 		_, err := b.store.Get(ctx, old)
-		return errors.Is(err, store.ErrNotFound)
+		return testkit.Unless(errors.Is(err, store.ErrNotFound), "retention to delete the old delivered row")
 	})
 	for _, id := range []int64{recent, dead} {
 		if _, err := b.store.Get(ctx, id); err != nil {

@@ -1,6 +1,8 @@
 package delivery
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // The Standard Webhooks slow-down answers (429, 502, 503, 504) are retried
@@ -55,7 +58,7 @@ func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
 			// Scheduled delay 1s (0.8–1.2s with jitter); twice it is 2s, the clamp.
 			b.runDeliverer(t, Config{RetrySchedule: []time.Duration{time.Second}})
 			id := b.insert(t, sub.ID, "a", 1, `{}`)
-			waitFor(t, "the first attempt to be recorded", waitLong, func() bool { return len(b.attempts(t, id)) == 1 })
+			testkit.Eventually(t, waitLong, func() string { return testkit.Unless(len(b.attempts(t, id)) == 1, "the first attempt to be recorded") })
 			if f := b.sub(t, sub.ID).ConsecutiveFailures; f != 0 {
 				t.Fatalf("HTTP %d with a retry left moved consecutive_failures to %d", c.status, f)
 			}
@@ -73,5 +76,49 @@ func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
 				t.Fatalf("HTTP %d: retried after %s; its Retry-After must be ignored (schedule 1s ±20%%)", c.status, gap)
 			}
 		})
+	}
+}
+
+// A recovered window goes out oldest first, in asset_seq order per asset,
+// with attempts reset; dead deliveries outside the window stay dead.
+func TestRecoveredWindowIsDeliveredInAssetOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rc := newReceiver(t, nil)
+	sub := b.createSub(t, rc.URL)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.insert(t, sub.ID, "a", i+1, `{}`))
+	}
+	outside := b.insert(t, sub.ID, "b", 1, `{}`)
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'dead', dead_at = now(), attempts = 9,
+  created_at = CASE WHEN id = $1 THEN now() - interval '2 hours' ELSE now() - interval '30 minutes' END
+WHERE subscription_id = $2`, outside, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	w, err := store.ParseWindow("1h", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.RecoverWindow(ctx, sub.ID, w)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("recovered %v (%v), want %v oldest first", got, err, ids)
+	}
+	b.runDeliverer(t, Config{})
+	for _, id := range ids {
+		if r := b.waitStatus(t, id, store.StatusDelivered); r.Attempts != 1 {
+			t.Fatalf("delivery %d delivered after %d attempts, want 1 (attempts reset)", id, r.Attempts)
+		}
+	}
+	var seqs []int64
+	for _, r := range rc.requests() {
+		seqs = append(seqs, r.Env.AssetSeq)
+	}
+	if fmt.Sprint(seqs) != "[1 2 3]" {
+		t.Fatalf("asset_seq order at the receiver %v, want [1 2 3]", seqs)
+	}
+	if st := b.get(t, outside).Status; st != store.StatusDead {
+		t.Fatalf("delivery outside the window is %s, want dead", st)
 	}
 }

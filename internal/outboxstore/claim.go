@@ -30,6 +30,10 @@ type Claimed struct {
 	// Claimable is how many rows the claim found before the byte budget cut
 	// the batch (the same for every row of one claim).
 	Claimable int `db:"claimable"`
+	// PredecessorStatus is, on an asset's first row in the batch, the status
+	// of the asset's event just before it (nil elsewhere, and for an
+	// asset's first event).
+	PredecessorStatus *string `db:"predecessor_status"`
 }
 
 // AssetKey is the row's asset stream ("" for the null asset).
@@ -75,8 +79,9 @@ func (w *Claimed) AssetKey() string {
 // claimed. Rows at or below the cursor that are still NEW (a transaction that
 // committed late, a row of a lane just taken over) are left for the next full
 // scan (cursor 0), which runs whenever the relay catches up and at least once
-// per poll interval. Their assets' later rows must wait for them: the relay
-// checks every claimed asset's predecessor (predecessorsSQL) before producing.
+// per poll interval. Their assets' later rows must wait for them: the claim
+// returns the status of every claimed asset's predecessor (below), and the
+// relay holds an asset whose predecessor is still NEW.
 const claimSQL = `
 WITH c AS (
   SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload, o.payload_bytes,
@@ -103,13 +108,26 @@ WITH c AS (
 ),
 budget AS (
   SELECT c.*, sum(cost) OVER (ORDER BY seq) AS running, count(*) OVER () AS claimable FROM c
+),
+batch AS (
+  SELECT * FROM budget
+  WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
 )
 SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
        headers, coalesce(traceparent, '') AS traceparent, coalesce(tracestate, '') AS tracestate,
-       attempts, created_at, replayed_at IS NOT NULL AS replayed, claimable
-FROM budget
-WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
+       attempts, created_at, replayed_at IS NOT NULL AS replayed, claimable,
+       -- The predecessor check, in the same statement: the status of the
+       -- event just before each asset's first row in the batch (asset_seq
+       -- is gapless, so "the one before" is a point lookup on the unique
+       -- (asset, asset_seq) index, whatever the table's history). A NEW
+       -- predecessor that is not being settled means an earlier event of the
+       -- asset has not gone out yet, and the asset's rows wait.
+       CASE WHEN asset_seq > 1 AND row_number() OVER (PARTITION BY coalesce(asset_id, '') ORDER BY seq) = 1 THEN
+         (SELECT p.status FROM bridge.outbox p
+          WHERE coalesce(p.asset_id, '') = coalesce(batch.asset_id, '') AND p.asset_seq = batch.asset_seq - 1)
+       END AS predecessor_status
+FROM batch
 ORDER BY seq`
 
 // ClaimParams select the rows a claim returns.
@@ -145,30 +163,4 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 	}
 	more := len(claimed) > 0 && (claimed[0].Claimable >= p.Limit || len(claimed) < claimed[0].Claimable)
 	return claimed, more, nil
-}
-
-// predecessorsSQL returns the status of the event just before the first
-// claimed row of each asset (asset_seq is gapless, so "the one before" is a
-// point lookup on the unique (asset, asset_seq) index, whatever the table's
-// history). A NEW predecessor that is not part of this batch means an earlier
-// event of the asset has not gone out yet: the asset's rows wait.
-const predecessorsSQL = `
-SELECT k.asset_key, o.status
-FROM unnest($1::text[], $2::bigint[]) AS k(asset_key, asset_seq)
-JOIN bridge.outbox o ON coalesce(o.asset_id, '') = k.asset_key AND o.asset_seq = k.asset_seq`
-
-// Predecessors returns, for each (asset key, asset_seq) asked for that
-// exists, the status of that row.
-func Predecessors(ctx context.Context, db DB, keys []string, assetSeqs []int64) (map[string]string, error) {
-	rows, err := db.Query(ctx, predecessorsSQL, keys, assetSeqs)
-	if err != nil {
-		return nil, fmt.Errorf("check predecessors: %w", err)
-	}
-	out := map[string]string{}
-	var k, status string
-	_, err = pgx.ForEachRow(rows, []any{&k, &status}, func() error { out[k] = status; return nil })
-	if err != nil {
-		return nil, fmt.Errorf("check predecessors: %w", err)
-	}
-	return out, nil
 }

@@ -15,17 +15,20 @@ import (
 // replica now owns. The duplicate it produced is harmless (same dedup-id); a
 // mark is not. The fence is a scalar subquery so it runs once per statement.
 
-// markSentSQL records the broker's acknowledgement.
+// markSentSQL records the broker's acknowledgement. Rows are found by seq
+// on the NEW index (outbox_new_by_seq), whose entries for one batch sit on a
+// few adjacent pages, rather than by id on the primary key, where a batch's
+// random uuids touch a page each.
 const markSentSQL = `
 UPDATE bridge.outbox o
 SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
-FROM unnest($2::uuid[], $3::int[], $4::bigint[]) AS m(id, part, off)
-WHERE o.id = m.id AND o.status = 'NEW'
+FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS m(seq, part, off)
+WHERE o.seq = m.seq AND o.status = 'NEW'
   AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
 
 // Ack is one broker acknowledgement to record.
 type Ack struct {
-	ID        uuid.UUID
+	Seq       int64 // the row's seq
 	Partition int32
 	Offset    int64
 }
@@ -33,13 +36,13 @@ type Ack struct {
 // MarkSent marks acknowledged rows SENT and returns how many it marked (fewer
 // than asked when a lane's lease was lost meanwhile).
 func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, error) {
-	ids := make([]uuid.UUID, len(acks))
+	seqs := make([]int64, len(acks))
 	parts := make([]int32, len(acks))
 	offs := make([]int64, len(acks))
 	for i, a := range acks {
-		ids[i], parts[i], offs[i] = a.ID, a.Partition, a.Offset
+		seqs[i], parts[i], offs[i] = a.Seq, a.Partition, a.Offset
 	}
-	tag, err := db.Exec(ctx, markSentSQL, member, ids, parts, offs)
+	tag, err := db.Exec(ctx, markSentSQL, member, seqs, parts, offs)
 	if err != nil {
 		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
 	}

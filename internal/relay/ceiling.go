@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +24,13 @@ func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int,
 		return 0, 0, err
 	}
 	defer r.lanes.releaseAll(context.WithoutCancel(ctx))
+	// The claim asks the fence for half a lease left: keep the leases up, as
+	// the relay does.
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	var keeper sync.WaitGroup
+	keeper.Add(1)
+	go func() { defer keeper.Done(); r.keepLanes(keepCtx) }()
+	defer func() { stopKeeping(); keeper.Wait() }()
 	lanes := r.lanes.Owned()
 	if len(lanes) != LaneCount {
 		return 0, 0, errors.New("statement ceiling: another relay holds lanes of this database")
@@ -37,10 +45,7 @@ func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int,
 		if len(claimed) == 0 {
 			return marked, time.Since(start), nil
 		}
-		rows, err := r.inOrder(ctx, claimed, nil)
-		if err != nil {
-			return marked, time.Since(start), err
-		}
+		rows := r.inOrder(claimed, nil)
 		idx := make([]int, len(rows))
 		results := make([]sendResult, len(rows))
 		for i := range rows {

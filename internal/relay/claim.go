@@ -52,21 +52,7 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 // it must continue its asset_seq without a gap. Rows it drops stay NEW and are
 // claimed again by a later cycle, in order. This is what makes the claim's
 // resume cursor safe (see outboxstore's claimSQL).
-func (r *Relay) inOrder(ctx context.Context, claimed []*row, inflight *settlement) ([]*row, error) {
-	first := map[string]int64{}
-	var keys []string
-	var seqs []int64
-	for _, w := range claimed {
-		k := w.AssetKey()
-		if _, ok := first[k]; ok {
-			continue
-		}
-		first[k] = w.AssetSeq
-		if w.AssetSeq > 1 {
-			keys = append(keys, k)
-			seqs = append(seqs, w.AssetSeq-1)
-		}
-	}
+func (r *Relay) inOrder(claimed []*row, inflight *settlement) []*row {
 	acked := map[string]int64{} // asset → highest asset_seq acked in flight
 	if inflight != nil {
 		for _, i := range inflight.sent {
@@ -75,17 +61,10 @@ func (r *Relay) inOrder(ctx context.Context, claimed []*row, inflight *settlemen
 		}
 	}
 	blocked := map[string]bool{}
-	if len(keys) > 0 {
-		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-		defer cancel()
-		statuses, err := outboxstore.Predecessors(qctx, r.pool, keys, seqs)
-		if err != nil {
-			return nil, err
-		}
-		for k, status := range statuses {
-			if status == "NEW" && acked[k] != first[k]-1 {
-				blocked[k] = true
-			}
+	for _, w := range claimed {
+		// Set on each asset's first row of the claim (see outboxstore).
+		if p := w.PredecessorStatus; p != nil && *p == "NEW" && acked[w.AssetKey()] != w.AssetSeq-1 {
+			blocked[w.AssetKey()] = true
 		}
 	}
 	next := map[string]int64{}
@@ -102,7 +81,7 @@ func (r *Relay) inOrder(ctx context.Context, claimed []*row, inflight *settlemen
 		next[k] = w.AssetSeq + 1
 		out = append(out, w)
 	}
-	return out, nil
+	return out
 }
 
 // sameTopicRuns keeps, per asset, only the leading rows that go to the same

@@ -8,38 +8,47 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
-// Config configures a Relay. Zero values take the defaults given.
+// Config configures a Relay. Zero values take the defaults given. A field
+// read from the environment names its variable; its default is that
+// variable's envDefault in internal/config, taken from there by WithDefaults
+// (written once; a test checks the comments below repeat it correctly).
 type Config struct {
 	// MaxAttempts is the number of failed sends charged to a row before it is
-	// parked as FAILED. Default 10.
+	// parked as FAILED (RELAY_MAX_ATTEMPTS). Default 10.
 	MaxAttempts int
 	// BackoffBase is the delay before the second attempt; it doubles with
-	// each attempt up to BackoffMax. Default 7s (10 attempts span ~1 hour).
+	// each attempt up to BackoffMax (RELAY_BACKOFF_BASE). Default 7s (10
+	// attempts span ~1 hour).
 	BackoffBase time.Duration
-	// BackoffMax caps one backoff delay. Default 30m.
+	// BackoffMax caps one backoff delay (RELAY_BACKOFF_MAX). Default 30m.
 	BackoffMax time.Duration
-	// BatchSize is the number of rows claimed and produced per cycle. Default 1000.
+	// BatchSize is the number of rows claimed and produced per cycle
+	// (RELAY_BATCH_SIZE). Default 1000.
 	BatchSize int
 	// BatchBytes bounds the payload bytes claimed per cycle, so the relay's
 	// memory is bounded by bytes and not by BatchSize times the largest
-	// payload (a batch always holds at least one row). Default 16 MiB.
+	// payload (a batch always holds at least one row) (RELAY_BATCH_BYTES).
+	// Default 16777216 (16 MiB).
 	BatchBytes int
-	// PollInterval is the fallback poll when no NOTIFY arrives. Default 1s.
+	// PollInterval is the fallback poll when no NOTIFY arrives
+	// (RELAY_POLL_INTERVAL). Default 1s.
 	PollInterval time.Duration
 	// LeaseTimeout is the lane lease; a dead replica's lanes move after at
-	// most this. Default 15s.
+	// most this (RELAY_LEASE_TIMEOUT). Default 15s.
 	LeaseTimeout time.Duration
 	// ProduceTimeout bounds one produce attempt (franz-go would otherwise
-	// retry a retriable error forever and the row would never be counted).
-	// Default 30s.
+	// retry a retriable error forever and the row would never be counted)
+	// (RELAY_PRODUCE_TIMEOUT). Default 30s.
 	ProduceTimeout time.Duration
-	// Retention: SENT rows older than this are deleted. Default 24h.
+	// Retention: SENT rows older than this are deleted (RELAY_RETENTION).
+	// Default 24h.
 	Retention time.Duration
-	// MaxMessageBytes: a payload larger than this is parked without sending.
-	// Default 1000000.
+	// MaxMessageBytes: a payload larger than this is parked without sending
+	// (RELAY_MAX_MESSAGE_BYTES). Default 1000000.
 	MaxMessageBytes int
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
@@ -57,18 +66,22 @@ type Config struct {
 	ClaimObserver func(took time.Duration, rows int)
 }
 
+// envDefaults are the RELAY_* envDefault tags as a Config.
+var envDefaults = ConfigFromEnv(config.Defaults().Relay)
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
-	c.BackoffBase = cmp.Or(c.BackoffBase, 7*time.Second)
-	c.BackoffMax = cmp.Or(c.BackoffMax, 30*time.Minute)
-	c.BatchSize = cmp.Or(c.BatchSize, 1000)
-	c.BatchBytes = cmp.Or(c.BatchBytes, 16<<20)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 15*time.Second)
-	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, 30*time.Second)
-	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
-	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 1000000)
+	d := envDefaults
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, d.MaxAttempts)
+	c.BackoffBase = cmp.Or(c.BackoffBase, d.BackoffBase)
+	c.BackoffMax = cmp.Or(c.BackoffMax, d.BackoffMax)
+	c.BatchSize = cmp.Or(c.BatchSize, d.BatchSize)
+	c.BatchBytes = cmp.Or(c.BatchBytes, d.BatchBytes)
+	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, d.LeaseTimeout)
+	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, d.ProduceTimeout)
+	c.Retention = cmp.Or(c.Retention, d.Retention)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
 	if c.MemberID == "" {
 		c.MemberID = service.ReplicaID()
 	}

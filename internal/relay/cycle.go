@@ -27,9 +27,7 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	if inflight != nil && len(inflight.unsettled) > 0 {
 		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.AssetKey()] })
 	}
-	if claimed, err = r.inOrder(ctx, claimed, inflight); err != nil {
-		return res, nil, err
-	}
+	claimed = r.inOrder(claimed, inflight)
 	if len(claimed) == 0 {
 		return res, nil, nil
 	}

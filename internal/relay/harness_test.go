@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -120,24 +121,6 @@ func payload(v any) json.RawMessage {
 	return b
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, status := cond()
-		if ok {
-			return
-		}
-		last = status
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 // countStatus returns how many outbox rows have each status.
 func (b *testBundle) countStatus() map[string]int {
 	b.t.Helper()
@@ -160,9 +143,9 @@ func (b *testBundle) countStatus() map[string]int {
 
 func (b *testBundle) waitAllSent(total int, timeout time.Duration) {
 	b.t.Helper()
-	waitFor(b.t, timeout, fmt.Sprintf("%d rows SENT", total), func() (bool, string) {
+	testkit.Eventually(b.t, timeout, func() string {
 		c := b.countStatus()
-		return c["SENT"] == total, fmt.Sprint(c)
+		return testkit.Unless(c["SENT"] == total, "%s: %s", fmt.Sprintf("%d rows SENT", total), fmt.Sprint(c))
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // Memory is bounded by bytes, not rows. Rows whose payload is over
@@ -82,9 +83,9 @@ FROM generate_series(1, $3::int) g`, topic, largeBytes, large); err != nil {
 	}()
 
 	rr := b.startRelay(cfg)
-	waitFor(t, 50*time.Second, "oversized rows FAILED and large rows SENT", func() (bool, string) {
+	testkit.Eventually(t, 50*time.Second, func() string {
 		c := b.countStatus()
-		return c["FAILED"] == oversized && c["SENT"] == large, fmt.Sprint(c)
+		return testkit.Unless(c["FAILED"] == oversized && c["SENT"] == large, "oversized rows FAILED and large rows SENT: %s", fmt.Sprint(c))
 	})
 	if err := rr.stop(); err != nil {
 		t.Fatal(err)

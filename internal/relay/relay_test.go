@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -161,9 +162,9 @@ func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 		others = append(others, b.enqueue(outbox.Event{Topic: goodTopic, AssetID: fmt.Sprintf("other-%d", i), EventType: "asset.created", Payload: payload(i)})...)
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitFor(t, 30*time.Second, "poison row FAILED", func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, func() string {
 		r := b.row(poisonID)
-		return r.Status == "FAILED", fmt.Sprintf("%+v", r)
+		return testkit.Unless(r.Status == "FAILED", "poison row FAILED: %s", fmt.Sprintf("%+v", r))
 	})
 	poison := b.row(poisonID)
 	if poison.Attempts != cfg.MaxAttempts {
@@ -172,9 +173,9 @@ func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 	if poison.LastError == "" {
 		t.Fatal("poison row has no last_error")
 	}
-	waitFor(t, 10*time.Second, "row behind the poison sent", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		r := b.row(behindID)
-		return r.Status == "SENT", r.Status
+		return testkit.Unless(r.Status == "SENT", "row behind the poison sent: %s", r.Status)
 	})
 	behind := b.row(behindID)
 	if behind.Attempts != 0 {
@@ -219,14 +220,14 @@ func TestTransientFailureRecovers(t *testing.T) {
 	cfg.BackoffBase = 200 * time.Millisecond
 	id := b.enqueue(outbox.Event{Topic: topic, AssetID: "A", EventType: "asset.created", Payload: payload(1)})[0]
 	b.startRelay(cfg)
-	waitFor(t, 30*time.Second, "three charged attempts", func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, func() string {
 		r := b.row(id)
-		return r.Attempts >= 3, fmt.Sprintf("%+v", r)
+		return testkit.Unless(r.Attempts >= 3, "three charged attempts: %s", fmt.Sprintf("%+v", r))
 	})
 	failing.Store(false)
-	waitFor(t, 10*time.Second, "row SENT", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, func() string {
 		r := b.row(id)
-		return r.Status == "SENT", fmt.Sprintf("%+v", r)
+		return testkit.Unless(r.Status == "SENT", "row SENT: %s", fmt.Sprintf("%+v", r))
 	})
 	if r := b.row(id); r.Attempts != 3 {
 		t.Fatalf("attempts = %d, want 3", r.Attempts)
@@ -261,9 +262,9 @@ func TestOversizedRecordParksImmediately(t *testing.T) {
 		ids := b.enqueue(events...) // one transaction: one claim batch
 		b.startRelay(fastConfig())
 		bigID, afterID := ids[5], ids[len(ids)-1]
-		waitFor(t, 30*time.Second, "oversized row FAILED and neighbours SENT", func() (bool, string) {
+		testkit.Eventually(t, 30*time.Second, func() string {
 			c := b.countStatus()
-			return c["FAILED"] == 1 && c["SENT"] == len(ids)-1, fmt.Sprint(c)
+			return testkit.Unless(c["FAILED"] == 1 && c["SENT"] == len(ids)-1, "oversized row FAILED and neighbours SENT: %s", fmt.Sprint(c))
 		})
 		r := b.row(bigID)
 		if r.Status != "FAILED" || r.Attempts != 1 {
@@ -304,9 +305,9 @@ func TestPayloadOverMaxMessageBytesParked(t *testing.T) {
 			outbox.Event{Topic: topic, AssetID: "a", EventType: "big", Payload: payload(incompressible(500))},
 			outbox.Event{Topic: topic, AssetID: "a", EventType: "small", Payload: payload(1)})
 		b.startRelay(cfg)
-		waitFor(t, 10*time.Second, "parked and sent", func() (bool, string) {
+		testkit.Eventually(t, 10*time.Second, func() string {
 			c := b.countStatus()
-			return c["FAILED"] == 1 && c["SENT"] == 1, fmt.Sprint(c)
+			return testkit.Unless(c["FAILED"] == 1 && c["SENT"] == 1, "parked and sent: %s", fmt.Sprint(c))
 		})
 		if r := b.row(ids[0]); r.Status != "FAILED" || !contains(r.LastError, "RELAY_MAX_MESSAGE_BYTES") {
 			t.Fatalf("big row: %+v", r)
@@ -397,7 +398,7 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 		cfg.LeaseTimeout = time.Second
 		var crashed atomic.Bool
 		first := b.startRelayWithHook(cfg, func() bool { crashed.Store(true); return true })
-		waitFor(t, 20*time.Second, "first relay to crash after producing", func() (bool, string) { return crashed.Load(), "" })
+		testkit.Eventually(t, 20*time.Second, func() string { return testkit.Unless(crashed.Load(), "first relay to crash after producing") })
 		first.crash()
 		if r := b.row(ids[0]); r.Status != "NEW" {
 			t.Fatalf("row marked %s by a relay that crashed before marking", r.Status)
@@ -467,7 +468,7 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 				for range replicas {
 					rs = append(rs, b.startRelay(cfg))
 				}
-				waitFor(t, 20*time.Second, "lanes spread over replicas", func() (bool, string) {
+				testkit.Eventually(t, 20*time.Second, func() string {
 					total, each := 0, []int{}
 					for _, r := range rs {
 						n := len(r.relay.OwnedLanes())
@@ -476,10 +477,10 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 					}
 					for _, n := range each {
 						if n == 0 {
-							return false, fmt.Sprint(each)
+							return fmt.Sprintf("lanes spread over replicas: %s", fmt.Sprint(each))
 						}
 					}
-					return total == LaneCount, fmt.Sprint(each)
+					return testkit.Unless(total == LaneCount, "lanes spread over replicas: %s", fmt.Sprint(each))
 				})
 				const assets, perAsset = 100, 30
 				enqueueRound := func(round int) {
@@ -503,7 +504,7 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 				b.waitAllSent(total, 60*time.Second)
 				// When did the survivors hold every lane the victim had?
 				var takenOver time.Duration
-				waitFor(t, 10*time.Second, "victim's lanes owned by survivors", func() (bool, string) {
+				testkit.Eventually(t, 10*time.Second, func() string {
 					owned := map[int]bool{}
 					for _, r := range rs[1:] {
 						for _, l := range r.relay.OwnedLanes() {
@@ -512,11 +513,11 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 					}
 					for _, l := range victimLanes {
 						if !owned[l] {
-							return false, fmt.Sprintf("lane %d not yet taken", l)
+							return fmt.Sprintf("victim's lanes owned by survivors: %s", fmt.Sprintf("lane %d not yet taken", l))
 						}
 					}
 					takenOver = time.Since(killedAt)
-					return true, ""
+					return ""
 				})
 				var lastSent time.Time
 				if err := b.db.Pool.QueryRow(context.Background(), `SELECT max(sent_at) FROM bridge.outbox WHERE lane = ANY($1)`, victimLanes).Scan(&lastSent); err != nil {
@@ -560,9 +561,9 @@ func TestReplayFailedRow(t *testing.T) {
 	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	id := b.enqueue(outbox.Event{Topic: topic, AssetID: "a", EventType: "e", Payload: payload(1)})[0]
 	b.startRelay(fastConfig())
-	waitFor(t, 20*time.Second, "row parked", func() (bool, string) {
+	testkit.Eventually(t, 20*time.Second, func() string {
 		r := b.row(id)
-		return r.Status == "FAILED", fmt.Sprintf("%+v", r)
+		return testkit.Unless(r.Status == "FAILED", "row parked: %s", fmt.Sprintf("%+v", r))
 	})
 	if r := b.row(id); r.Attempts != 1 || !contains(r.LastError, "TOPIC_AUTHORIZATION_FAILED") {
 		t.Fatalf("authorization refusal should park at once with its reason: %+v", r)
@@ -572,9 +573,9 @@ func TestReplayFailedRow(t *testing.T) {
 	if err != nil || len(replayed) != 1 {
 		t.Fatalf("replay: %v err=%v", replayed, err)
 	}
-	waitFor(t, 20*time.Second, "replayed row SENT", func() (bool, string) {
+	testkit.Eventually(t, 20*time.Second, func() string {
 		r := b.row(id)
-		return r.Status == "SENT", fmt.Sprintf("%+v", r)
+		return testkit.Unless(r.Status == "SENT", "replayed row SENT: %s", fmt.Sprintf("%+v", r))
 	})
 	recs := kafkatest.ConsumeAll(t, cluster.ListenAddrs(), topic, 1, 10*time.Second)
 	if len(recs) != 1 || header(recs[0], "dedup-id") != id.String() {
@@ -718,9 +719,9 @@ func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 		cfg := fastConfig()
 		cfg.BatchSize = 200
 		rr := b.startRelay(cfg)
-		waitFor(t, 30*time.Second, "drain under way", func() (bool, string) {
+		testkit.Eventually(t, 30*time.Second, func() string {
 			c := b.countStatus()
-			return c["SENT"] > 1000, fmt.Sprint(c)
+			return testkit.Unless(c["SENT"] > 1000, "drain under way: %s", fmt.Sprint(c))
 		})
 		if err := rr.stop(); err != nil {
 			t.Fatalf("Run after SIGTERM-equivalent = %v, want nil", err)

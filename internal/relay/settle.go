@@ -71,7 +71,7 @@ func (r *Relay) markSent(ctx context.Context, rows []*row, idx []int, results []
 	}
 	acks := make([]outboxstore.Ack, len(idx))
 	for j, i := range idx {
-		acks[j] = outboxstore.Ack{ID: rows[i].ID, Partition: results[i].partition, Offset: results[i].offset}
+		acks[j] = outboxstore.Ack{Seq: rows[i].Seq, Partition: results[i].partition, Offset: results[i].offset}
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()

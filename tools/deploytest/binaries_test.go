@@ -9,6 +9,9 @@ import (
 	"strings"
 )
 
+// tempDirs are removed when the tests end (TestMain).
+var tempDirs []string
+
 // cachedBinary returns the path of the executable that `go run <args>` in
 // dir would run, built once and then taken from the Go build cache (go run
 // caches executables), so a warm `make test-deploy` links neither promtool
@@ -41,6 +44,7 @@ func cachedBinary(dir string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	tempDirs = append(tempDirs, tmp)
 	out := filepath.Join(tmp, filepath.Base(args[len(args)-1]))
 	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args[:len(args)-1]...), args[len(args)-1])...)
 	cmd.Dir = dir

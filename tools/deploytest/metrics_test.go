@@ -191,6 +191,12 @@ const defaultDatabaseURL = "postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmo
 // event from the outbox to a webhook receiver, and returns the metric names
 // on its /metrics.
 func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
+	// Built before the clock starts: on a cold build cache on a busy
+	// machine the build alone can take minutes.
+	bin, err := cachedBinary(root, "./cmd/bridge")
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	adminURL := os.Getenv("DATABASE_URL")
@@ -226,10 +232,6 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		return nil, err
 	}
 
-	bin, err := cachedBinary(root, "./cmd/bridge")
-	if err != nil {
-		return nil, err
-	}
 
 	topic := "deploytest-" + strings.ReplaceAll(suffix, "_", "-")
 	port, err := freePort()

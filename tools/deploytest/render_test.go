@@ -190,5 +190,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "deploytest: run from tools/deploytest:", err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, d := range tempDirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
 }

@@ -315,6 +315,6 @@ func (r *receiver) observe(q *webhooktest.Request) {
 		ev := q.Envelope
 		r.log.Info("webhook",
 			"webhook_id", q.WebhookID, "type", ev.Type, "asset_id", ev.AssetID, "asset_seq", ev.AssetSeq,
-			"order", order, "overlap", q.Overlap, "status", q.Status, "traceparent", q.Traceparent, "bytes", len(q.Body))
+			"order", order, "overlap", q.Overlap, "status", q.Status, contract.HeaderTraceparent, q.Traceparent, "bytes", len(q.Body))
 	}
 }

@@ -144,6 +144,11 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		"WEBHOOK_POLL_INTERVAL=200ms",
 		"WEBHOOK_SHUTDOWN_GRACE=1s",
 		"WEBHOOK_DISABLE_AFTER=1000",
+		// The flaky subscription needs three sequential attempts per event;
+		// with the default 8 requests in flight per subscription it drains
+		// about 30 events/s here, below the long load's rate.
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION=32",
+		"WEBHOOK_WORKERS=64",
 		// Consumer group failover and waiting for dependencies (ignored by a
 		// build that does not know them yet).
 		"CONSUMER_SESSION_TIMEOUT=6s",

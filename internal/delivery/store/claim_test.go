@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 func claimOnce(t *testing.T, b *testBundle, by string, limit int) []Claim {
@@ -489,7 +491,7 @@ WHERE d.status <> 'delivered' ORDER BY d.seq`)
 			rows.Close()
 		}
 	}()
-	waitFor(t, "every delivery to be delivered", 60*time.Second, func() bool {
+	testkit.Eventually(t, 60*time.Second, func() string {
 		var delivered int
 		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status = 'delivered'`).Scan(&delivered)
 		select {
@@ -497,7 +499,7 @@ WHERE d.status <> 'delivered' ORDER BY d.seq`)
 			t.Fatal(err)
 		default:
 		}
-		return delivered == total
+		return testkit.Unless(delivered == total, "every delivery to be delivered")
 	})
 	close(done)
 	wg.Wait()

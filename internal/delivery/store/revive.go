@@ -57,7 +57,7 @@ type NotRevived struct {
 // the revived ids left the caller to work out what became of the rest.
 // (The reason is read in the statement's snapshot, before the update.)
 func (s *DeliveryStore) Revive(ctx context.Context, ids []int64) (revived []int64, notRevived []NotRevived, err error) {
-	err = s.revive(ctx, reviveSQL, ids, func(rows pgx.Rows) error {
+	err = s.revive(ctx, reviveSQL, []any{ids}, func(rows pgx.Rows) error {
 		var id int64
 		var ok bool
 		var status *string
@@ -84,7 +84,7 @@ func (s *DeliveryStore) ReviveSubscription(ctx context.Context, subscriptionID s
 		return nil, err
 	}
 	var out []int64
-	err = s.revive(ctx, reviveSubscriptionSQL, id, func(rows pgx.Rows) error {
+	err = s.revive(ctx, reviveSubscriptionSQL, []any{id}, func(rows pgx.Rows) error {
 		var v int64
 		err := rows.Scan(&v)
 		out = append(out, v)
@@ -93,13 +93,13 @@ func (s *DeliveryStore) ReviveSubscription(ctx context.Context, subscriptionID s
 	return out, err
 }
 
-func (s *DeliveryStore) revive(ctx context.Context, sql string, arg any, scan func(pgx.Rows) error) error {
+func (s *DeliveryStore) revive(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		// Exclusive against claims: see Claim.
 		if _, err := tx.Exec(ctx, reviveLockSQL); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, sql, arg)
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}

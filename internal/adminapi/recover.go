@@ -1,0 +1,73 @@
+package adminapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+)
+
+// recoverRequest is `bridge deliveries recover`'s flags.
+type recoverRequest struct {
+	SubscriptionID *string `json:"subscription_id"`
+	Since          *string `json:"since"`
+	Until          *string `json:"until"`
+}
+
+type recoverResponse struct {
+	Recovered int     `json:"recovered"`
+	IDs       []int64 `json:"ids"`
+}
+
+// recoverDeliveries revives every dead delivery of a subscription created
+// in a window. Every input is checked before anything is written; an
+// unknown subscription is a 400 on subscription_id (the window names it as
+// input, like since and until), not a 404 of the path.
+func (a *adminAPI) recoverDeliveries(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	var req recoverRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.SubscriptionID == nil {
+		return badRequest("subscription_id", "is required")
+	}
+	id, err := store.ParseID(*req.SubscriptionID)
+	if err != nil {
+		return badRequest("subscription_id", fmt.Sprintf("%q is not a UUID", *req.SubscriptionID))
+	}
+	var since, until string
+	if req.Since != nil {
+		since = *req.Since
+	}
+	if req.Until != nil {
+		until = *req.Until
+		if until == "" {
+			return badRequest("until", `is empty; leave "until" out for a window up to now`)
+		}
+	}
+	win, err := store.ParseWindow(since, until, time.Now())
+	if err != nil {
+		var we *store.WindowError
+		if errors.As(err, &we) {
+			return badRequest(we.Field, we.Message)
+		}
+		return err
+	}
+	if _, err := a.subs.Get(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return badRequest("subscription_id", err.Error())
+		}
+		return err
+	}
+	ids, err := a.deliveries.RecoverWindow(r.Context(), id, win)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, recoverResponse{Recovered: len(ids), IDs: ids})
+	return nil
+}

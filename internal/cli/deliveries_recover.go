@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+)
+
+func newDeliveriesRecoverCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "recover --subscription ID --since T [--until T2]",
+		Short: "Revive every dead delivery of a subscription created in a time window, oldest first",
+		Long: `After an outage of the endpoint: every delivery of the subscription that died
+and was created in [--since, --until) goes back to pending with its attempts
+reset, exactly as 'revive' does; per asset they go out in their original
+asset_seq order. T is an RFC 3339 time (2026-03-01T02:10:00Z) or a duration
+meaning that long ago (3h). Without --until the window ends now.`,
+		Example: `  bridge deliveries recover --subscription 3f0c6a52-… --since 2026-03-01T02:10:00Z --until 2026-03-01T04:40:00Z
+  bridge deliveries recover --subscription 3f0c6a52-… --since 6h`,
+	}
+	out := addOutputFlag(c)
+	sub := c.Flags().String("subscription", "", "the subscription whose dead deliveries to revive (required)")
+	since := c.Flags().String("since", "", "start of the window: RFC 3339 time or a duration before now (required)")
+	until := c.Flags().String("until", "", "end of the window (exclusive): RFC 3339 time or a duration before now; default now")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		if len(args) > 0 {
+			return UsageErrorf("recover takes no arguments (got %q); use --subscription, --since, --until", args[0])
+		}
+		if *sub == "" {
+			return UsageErrorf("--subscription is required")
+		}
+		if _, err := store.ParseID(*sub); err != nil {
+			return usageError{fmt.Errorf("--subscription: %w", err)}
+		}
+		w, err := store.ParseWindow(*since, *until, time.Now())
+		if err != nil {
+			return usageError{fmt.Errorf("--%w", err)}
+		}
+		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			if _, err := subscriptionStore(cfg, pool).Get(cmd.Context(), *sub); err != nil {
+				return fmt.Errorf("--subscription: %w", err)
+			}
+			ids, err := store.NewDeliveryStore(pool).RecoverWindow(cmd.Context(), *sub, w)
+			if err != nil {
+				return err
+			}
+			wr := cmd.OutOrStdout()
+			if *out == "json" {
+				return printJSON(wr, map[string]any{"recovered": len(ids), "ids": ids})
+			}
+			if len(ids) == 0 {
+				fmt.Fprintln(wr, "no dead deliveries of this subscription were created in the window; nothing revived")
+				return nil
+			}
+			fmt.Fprintf(wr, "recovered %d dead deliveries (attempts reset); they go out oldest first, in asset_seq order per asset, once the subscription is enabled\n", len(ids))
+			return nil
+		})
+	}
+	return c
+}
