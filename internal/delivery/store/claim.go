@@ -105,6 +105,16 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // make the count seen larger than the truth: a claim may take fewer, never
 // more.)
 //
+// enabled is checked again here, in this statement's snapshot, although
+// claimSubscriptionsSQL only returns enabled subscriptions: that statement's
+// snapshot is older. A death that disables the subscription (410, or the
+// WEBHOOK_DISABLE_AFTER-th death) can commit between the two; this
+// statement then sees the dead head gone and its successor as the new head,
+// and without the check would send it to the endpoint that just said 410
+// (TestGoneDisablesAtOnce caught it). The death and the disable commit
+// together, so a snapshot that sees the successor as head also sees the
+// subscription disabled.
+//
 // The attempt is charged here, at claim: a worker killed mid-request has
 // still sent it.
 const claimSQL = `
@@ -113,7 +123,7 @@ WITH subs AS MATERIALIZED (
          greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
                                 WHERE g.subscription_id = s.id AND g.status = 'delivering'))::int AS free
   FROM bridge.subscriptions s
-  WHERE s.id = ANY($5::uuid[])
+  WHERE s.id = ANY($5::uuid[]) AND s.enabled
 ),
 ready AS (
   SELECT r.subscription_id, r.asset_key, r.gen, subs.free
