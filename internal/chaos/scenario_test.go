@@ -37,11 +37,11 @@ func scenarioPlan() plan {
 	if long() {
 		return plan{load: 120 * time.Second, rate: 50, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 			receiverDown: 5 * time.Second, brokerDown: 20 * time.Second, postgresDown: 6 * time.Second,
-			drainBound: 180 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
+			drainBound: 240 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 	}
 	return plan{load: 30 * time.Second, rate: 30, killEvery: [2]time.Duration{3 * time.Second, 5 * time.Second},
 		receiverDown: 5 * time.Second, brokerDown: 10 * time.Second, postgresDown: 4 * time.Second,
-		drainBound: 150 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
+		drainBound: 240 * time.Second, stallBound: 10 * time.Second, takeoverBound: harness.RelayLease + time.Second + takeoverSlack}
 }
 
 // takeoverSlack is the measurement's resolution: the sampler reads the

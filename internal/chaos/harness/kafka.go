@@ -81,7 +81,10 @@ func (b *Broker) Start() error {
 	if err := b.launch.start(); err != nil {
 		return err
 	}
-	return waitServing([]string{b.Addr()}, 1, 2*time.Minute)
+	// 4 minutes, as for a cluster node: a broker restarted after SIGKILL
+	// recovers its logs first, and with the rest of the suite running beside
+	// it one missed a 2-minute wait (CI).
+	return waitServing([]string{b.Addr()}, 1, 4*time.Minute)
 }
 
 // Kill SIGKILLs it.

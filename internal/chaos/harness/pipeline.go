@@ -153,7 +153,10 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		// build that does not know them yet).
 		"CONSUMER_SESSION_TIMEOUT=6s",
 		"CONSUMER_REBALANCE_TIMEOUT=15s",
-		"DATABASE_CONNECT_TIMEOUT=120s",
+		// Longer than the harness waits for a restarted broker (4 min): a
+		// process must not give up on a dependency the test is still bringing
+		// back (a consumer exited after 2 minutes of a slow broker restart).
+		"DATABASE_CONNECT_TIMEOUT=6m",
 		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
 	}, cfg.ExtraEnv...)
 
