@@ -113,6 +113,15 @@ func topicProblem(topic string) string {
 	return ""
 }
 
+// ValidateTopic says what is wrong with a topic name Kafka would refuse (nil
+// when it accepts it), by the rules Enqueue applies to every event.
+func ValidateTopic(topic string) error {
+	if p := topicProblem(topic); p != "" {
+		return errors.New(p)
+	}
+	return nil
+}
+
 // Enqueue writes one event in tx and returns its id, the dedup id every copy
 // of the event carries (Kafka header dedup-id, webhook-id). The W3C trace
 // context of ctx (traceparent, tracestate) is stored with the event so the

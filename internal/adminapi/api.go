@@ -31,6 +31,9 @@ type Config struct {
 	// SecretGrace is how long a rotated-out secret keeps signing
 	// (WEBHOOK_SECRET_GRACE).
 	SecretGrace time.Duration
+	// OperationsTopic: disables, enables and rotations are announced there
+	// (BRIDGE_OPERATIONS_TOPIC); "": not announced.
+	OperationsTopic string
 	// Logger records every write the API makes (method, path, status; never
 	// bodies), rejected requests (rate-limited per source) and server-side
 	// failures. Default discards.
@@ -47,6 +50,8 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		AllowHTTP:   cfg.Webhook.AllowHTTP,
 		SecretGrace: cfg.Webhook.SecretGrace,
 		Logger:      logger,
+
+		OperationsTopic: cfg.Operations.Topic,
 	}
 }
 
@@ -108,6 +113,7 @@ func newAPI(cfg Config) *adminAPI {
 		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
 	}
+	a.subs.Operations = cfg.OperationsTopic
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}

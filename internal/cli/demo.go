@@ -17,7 +17,6 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
-	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
@@ -241,7 +240,7 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 
 	sum, err := demo.Run(ctx, demo.Env{
 		Pool:            rt.Pool,
-		Subscriptions:   store.NewSubscriptionStore(rt.Pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace),
+		Subscriptions:   subscriptionStore(cfg, rt.Pool),
 		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, allStages) },
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),

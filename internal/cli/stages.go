@@ -160,6 +160,7 @@ func newRelay(cfg *config.Config, rt *runtime) (*relay.Relay, func(), error) {
 	rc.Logger = rt.Logger
 	rc.TracerProvider = rt.TracerProvider
 	rc.Metrics = rt.RelayMetrics
+	rc.OperationsTopic = cfg.Operations.Topic
 	client, err := newProducer(cfg, rc)
 	if err != nil {
 		return nil, nil, err
@@ -208,5 +209,6 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.Logger = rt.Logger
 	dc.TracerProvider = rt.TracerProvider
 	dc.Metrics = rt.DeliveryMetrics
+	dc.OperationsTopic = cfg.Operations.Topic
 	return delivery.NewDeliverer(rt.Pool, dc)
 }

@@ -35,7 +35,9 @@ func withWebhookDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool
 }
 
 func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *store.SubscriptionStore {
-	return store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
+	s := store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
+	s.Operations = cfg.Operations.Topic
+	return s
 }
 
 func newSubscriptionsCmd() *cobra.Command {

@@ -20,6 +20,8 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/outbox"
 )
 
 // Log configures logging.
@@ -452,6 +454,27 @@ func (c Webhook) validate() error {
 	return err
 }
 
+// Operations configures the operational events (subscription disabled,
+// enabled, failing, secret rotated; delivery dead; outbox row FAILED) that
+// the relay, the deliverer and the subscription commands enqueue into
+// bridge.outbox in the transaction of the change they report.
+type Operations struct {
+	// BRIDGE_OPERATIONS_TOPIC: the Kafka topic of the operational events;
+	// set it empty to send none. Checked against Kafka's topic name rules at
+	// start-up. Default bridge.operations.
+	Topic string `env:"BRIDGE_OPERATIONS_TOPIC" envDefault:"bridge.operations"`
+}
+
+func (c Operations) validate() error {
+	if c.Topic == "" {
+		return nil
+	}
+	if err := outbox.ValidateTopic(c.Topic); err != nil {
+		return fieldError("BRIDGE_OPERATIONS_TOPIC", c.Topic, "is not a valid Kafka topic name: "+err.Error())
+	}
+	return nil
+}
+
 // Config is the whole configuration. Each command validates the parts it
 // uses (a relay does not need webhook settings to be sensible).
 type Config struct {
@@ -462,6 +485,8 @@ type Config struct {
 	Relay    Relay
 	Consumer Consumer
 	Webhook  Webhook
+	// Operations: BRIDGE_OPERATIONS_TOPIC.
+	Operations Operations
 }
 
 // Error is a configuration error naming the variable at fault.
@@ -507,7 +532,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
-	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook}
+	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Operations}
 	if needs.Database {
 		parts = append(parts, &cfg.Database)
 	} else {
@@ -521,7 +546,12 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 			return nil, describe(err, p)
 		}
 	}
-	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics)}
+	// The env library gives an empty variable its default; an empty
+	// BRIDGE_OPERATIONS_TOPIC means "none".
+	if v, ok := environ["BRIDGE_OPERATIONS_TOPIC"]; ok && strings.TrimSpace(v) == "" {
+		cfg.Operations.Topic = ""
+	}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Operations.validate()}
 	if needs.Database {
 		checks = append(checks, cfg.Database.validate())
 	}

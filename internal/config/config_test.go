@@ -128,6 +128,10 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"KAFKA_BROKERS", "k1:9092, ,k2:9092", config.Needs{}, "empty item"},
 		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s", config.Needs{}, "empty item"},
 		{"WEBHOOK_ALLOWED_CIDRS", ",127.0.0.0/8", config.Needs{}, "empty item"},
+		{"BRIDGE_OPERATIONS_TOPIC", "ops events", config.Needs{}, "not a valid Kafka topic name"},
+		{"BRIDGE_OPERATIONS_TOPIC", "..", config.Needs{}, "not a valid Kafka topic name"},
+		{"BRIDGE_OPERATIONS_TOPIC", "__ops", config.Needs{}, "reserved"},
+		{"BRIDGE_OPERATIONS_TOPIC", strings.Repeat("o", 250), config.Needs{}, "at most 249"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
@@ -138,6 +142,21 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 				t.Errorf("message %q does not say %q", err, tt.wantInMessage)
 			}
 		})
+	}
+}
+
+// An empty BRIDGE_OPERATIONS_TOPIC turns the operational events off (the
+// env library would otherwise give it its default); unset, it is the
+// default.
+func TestLoadEmptyOperationsTopicDisables(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(env(map[string]string{"BRIDGE_OPERATIONS_TOPIC": ""}), config.Needs{})
+	if err != nil || cfg.Operations.Topic != "" {
+		t.Fatalf("empty: topic %q, err %v", cfg.Operations.Topic, err)
+	}
+	cfg, err = config.Load(env(map[string]string{}), config.Needs{})
+	if err != nil || cfg.Operations.Topic != "bridge.operations" {
+		t.Fatalf("unset: topic %q, err %v", cfg.Operations.Topic, err)
 	}
 }
 

@@ -59,6 +59,9 @@ type Config struct {
 	SampleEvery time.Duration
 	// Logger records sign-ins, sign-outs and every write. Default discards.
 	Logger *slog.Logger
+	// OperationsTopic: disables, enables and rotations are announced there
+	// (BRIDGE_OPERATIONS_TOPIC); "": not announced.
+	OperationsTopic string
 	// AuthMetrics counts wrong tokens, with the admin API's rejected
 	// requests (bridge_admin_auth_failures_total). nil: not counted.
 	AuthMetrics adminapi.AuthMetrics
@@ -76,6 +79,8 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Kafka:          cfg.Kafka,
 		ConsumerGroup:  cfg.Consumer.Group,
 		Logger:         logger,
+
+		OperationsTopic: cfg.Operations.Topic,
 	}
 }
 
@@ -139,6 +144,7 @@ func New(cfg Config) (*Console, error) {
 		sessions:   map[string]*session{},
 		mux:        http.NewServeMux(),
 	}
+	c.subs.Operations = cfg.OperationsTopic
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

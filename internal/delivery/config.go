@@ -71,6 +71,10 @@ type Config struct {
 	Retention time.Duration
 	// PruneInterval: how often retention runs. Default 1m.
 	PruneInterval time.Duration
+	// OperationsTopic: deaths, the disables they cause and the staged
+	// warnings are announced there, in the transaction that records the
+	// death (BRIDGE_OPERATIONS_TOPIC). "": not announced.
+	OperationsTopic string
 	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
 	// set 127.0.0.0/8). Default none.
 	AllowedCIDRs []netip.Prefix

@@ -105,6 +105,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
 		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/delivery"),
 	}
+	d.store.Operations = cfg.OperationsTopic
 	for _, p := range cfg.AllowedCIDRs {
 		// An exemption covering a whole address family turns the SSRF
 		// guard off for it without a word: every subscription could then

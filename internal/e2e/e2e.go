@@ -53,6 +53,8 @@ type Pipeline struct {
 	// (also written to the test output).
 	RelayLog, DeliverLog *LockedBuffer
 	Metrics              *metrics.Metrics // nil: none
+	OperationsTopic      string
+	DisableAfter         int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -68,6 +70,11 @@ type Config struct {
 	// Metrics, when set, receives the relay's, consumer's and deliverer's
 	// series (as `bridge run` would export them).
 	Metrics *metrics.Metrics
+	// OperationsTopic, when set, is the relay's and the deliverer's
+	// BRIDGE_OPERATIONS_TOPIC, and the consumer reads it besides Topic.
+	OperationsTopic string
+	// DisableAfter is the deliverer's WEBHOOK_DISABLE_AFTER (0: default).
+	DisableAfter int
 }
 
 func New(t *testing.T, pc Config) *Pipeline {
@@ -76,6 +83,7 @@ func New(t *testing.T, pc Config) *Pipeline {
 		T: t, DB: pgtest.New(t), Brokers: pc.Brokers, Topic: pc.Topic, Recv: NewReceiver(),
 		RelayTP: pc.RelayTP, ConsumerTP: pc.ConsumerTP, DeliverTP: pc.DeliverTP,
 		RelayLog: &LockedBuffer{}, DeliverLog: &LockedBuffer{}, Metrics: pc.Metrics,
+		OperationsTopic: pc.OperationsTopic, DisableAfter: pc.DisableAfter,
 	}
 	srv := httptest.NewServer(p.Recv)
 	t.Cleanup(srv.Close)
@@ -113,6 +121,7 @@ func (p *Pipeline) StartRelay(maxMessageBytes int) {
 		LeaseTimeout:    2 * time.Second,
 		ProduceTimeout:  5 * time.Second,
 		MaxMessageBytes: maxMessageBytes,
+		OperationsTopic: p.OperationsTopic,
 	}
 	if p.Metrics != nil {
 		cfg.Metrics = p.Metrics.Relay()
@@ -143,9 +152,13 @@ func (p *Pipeline) StopRelay() {
 // StartConsumerAndDeliverer starts the other two processes.
 func (p *Pipeline) StartConsumerAndDeliverer() {
 	p.T.Helper()
+	topics := []string{p.Topic}
+	if p.OperationsTopic != "" {
+		topics = append(topics, p.OperationsTopic)
+	}
 	c, err := consumer.New(p.DB.Pool, []kgo.Opt{kgo.SeedBrokers(p.Brokers...)}, consumer.Config{
 		Group:          "g-" + p.Topic,
-		Topics:         []string{p.Topic},
+		Topics:         topics,
 		Logger:         logging.New(p.T.Output(), "info", "text"),
 		TracerProvider: p.ConsumerTP,
 		RetryBackoff:   20 * time.Millisecond,
@@ -176,6 +189,9 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 		TracerProvider: p.DeliverTP,
 		Logger:         logger(p.T, p.DeliverLog),
 		Timeout:        5 * time.Second,
+
+		OperationsTopic: p.OperationsTopic,
+		DisableAfter:    p.DisableAfter,
 	})
 	if err != nil {
 		p.T.Fatalf("delivery.NewDeliverer: %v", err)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // Every statement that records an outcome is fenced: `o.lane = ANY(fence)`
@@ -79,23 +81,64 @@ type Charged struct {
 }
 
 // ChargeAttempts charges each row one attempt; a row reaching maxAttempts is
-// parked as FAILED.
-func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int) ([]Charged, error) {
+// parked as FAILED, and announced on opsTopic ("" none) in the same
+// transaction (announceFailedSQL).
+func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int, opsTopic string) ([]Charged, error) {
 	ids := make([]uuid.UUID, len(charges))
 	errs := make([]string, len(charges))
 	delays := make([]int64, len(charges))
 	for i, c := range charges {
 		ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
 	}
-	rows, err := db.Query(ctx, chargeSQL, member, ids, errs, delays, maxAttempts)
-	if err != nil {
-		return nil, fmt.Errorf("charge outbox attempts: %w", err)
+	if opsTopic == "" {
+		rows, err := db.Query(ctx, chargeSQL, member, ids, errs, delays, maxAttempts)
+		if err != nil {
+			return nil, fmt.Errorf("charge outbox attempts: %w", err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
+		if err != nil {
+			return nil, fmt.Errorf("charge outbox attempts: %w", err)
+		}
+		return out, nil
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
-	if err != nil {
+	var out []Charged
+	b := &pgx.Batch{}
+	b.Queue(chargeSQL, member, ids, errs, delays, maxAttempts).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
+		return err
+	})
+	queueAnnounceFailed(b, opsTopic, ids)
+	// One pgx batch is one implicit transaction: the park and its
+	// announcement commit together.
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("charge outbox attempts: %w", err)
 	}
 	return out, nil
+}
+
+// announceFailedSQL enqueues a bridge.outbox.failed operational event (on
+// topic $1) for each of the rows $2 that this transaction parked (failed_at
+// is the transaction's now()), through bridge.enqueue, in the parking
+// statement's transaction: a park that commits is announced, one that rolls
+// back is not. A row of the operations topic itself, or an operational event
+// wherever it is, is not announced: when the operations topic cannot be
+// produced to, each announcement would fail and be announced in turn,
+// without end. The events are enqueued in asset order so two relays parking
+// rows of the same topics take the per-asset locks in the same order.
+const announceFailedSQL = `
+SELECT count(bridge.enqueue($1, $3 || o.topic, '` + contract.OpOutboxFailed + `', jsonb_build_object(
+         'id', o.id, 'topic', o.topic, 'asset_id', o.asset_id, 'asset_seq', o.asset_seq,
+         'event_type', o.event_type, 'attempts', o.attempts, 'error', coalesce(o.last_error, ''),
+         'failed_at', o.failed_at)))
+FROM (SELECT o.* FROM bridge.outbox o
+      WHERE o.id = ANY($2::uuid[]) AND o.status = 'FAILED' AND o.failed_at = now()
+        AND o.topic <> $1 AND NOT (o.event_type = ANY($4::text[]))
+      ORDER BY o.topic, o.seq
+      OFFSET 0) o`
+
+func queueAnnounceFailed(b *pgx.Batch, opsTopic string, ids []uuid.UUID) {
+	b.Queue(announceFailedSQL, opsTopic, ids, contract.OperationsAssetForTopic(""), contract.OperationTypes())
 }
 
 // parkSQL parks rows that retrying cannot fix (too large, invalid topic,
@@ -113,14 +156,24 @@ type Park struct {
 	Reason string
 }
 
-// ParkRows parks rows as FAILED.
-func ParkRows(ctx context.Context, db DB, member string, parks []Park) error {
+// ParkRows parks rows as FAILED and announces them on opsTopic ("" none)
+// in the same transaction.
+func ParkRows(ctx context.Context, db DB, member string, parks []Park, opsTopic string) error {
 	ids := make([]uuid.UUID, len(parks))
 	reasons := make([]string, len(parks))
 	for i, p := range parks {
 		ids[i], reasons[i] = p.ID, p.Reason
 	}
-	if _, err := db.Exec(ctx, parkSQL, member, ids, reasons); err != nil {
+	if opsTopic == "" {
+		if _, err := db.Exec(ctx, parkSQL, member, ids, reasons); err != nil {
+			return fmt.Errorf("park outbox rows: %w", err)
+		}
+		return nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(parkSQL, member, ids, reasons)
+	queueAnnounceFailed(b, opsTopic, ids)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("park outbox rows: %w", err)
 	}
 	return nil

@@ -50,6 +50,10 @@ type Config struct {
 	// MaxMessageBytes: a payload larger than this is parked without sending
 	// (RELAY_MAX_MESSAGE_BYTES). Default 1000000.
 	MaxMessageBytes int
+	// OperationsTopic: a row parked as FAILED is announced there
+	// (bridge.outbox.failed) in the parking transaction
+	// (BRIDGE_OPERATIONS_TOPIC). "": not announced.
+	OperationsTopic string
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
 	// leases).

@@ -110,7 +110,7 @@ func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []se
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	charged, err := outboxstore.ChargeAttempts(qctx, r.pool, r.cfg.MemberID, charges, r.cfg.MaxAttempts)
+	charged, err := outboxstore.ChargeAttempts(qctx, r.pool, r.cfg.MemberID, charges, r.cfg.MaxAttempts, r.cfg.OperationsTopic)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (r *Relay) park(ctx context.Context, rows []*row, idx []int, reason func(i 
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	if err := outboxstore.ParkRows(qctx, r.pool, r.cfg.MemberID, parks); err != nil {
+	if err := outboxstore.ParkRows(qctx, r.pool, r.cfg.MemberID, parks, r.cfg.OperationsTopic); err != nil {
 		r.log.ErrorContext(ctx, "park outbox rows", "error", err)
 		return
 	}

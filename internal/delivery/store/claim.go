@@ -235,7 +235,12 @@ type Claim struct {
 }
 
 // DeliveryStore is the deliveries queue and its log.
-type DeliveryStore struct{ db DB }
+type DeliveryStore struct {
+	db DB
+	// Operations is the topic of the operational events a death, a disable
+	// and a warning enqueue (BRIDGE_OPERATIONS_TOPIC); "" announces nothing.
+	Operations string
+}
 
 // NewDeliveryStore returns a store on db.
 func NewDeliveryStore(db DB) *DeliveryStore { return &DeliveryStore{db: db} }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // What an attempt produced, over bridge.deliveries, bridge.delivery_attempts,
@@ -38,9 +40,10 @@ WITH r AS (
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED)
-  RETURNING d.status
+  RETURNING d.status, d.id, d.subscription_id::text AS subscription_id, d.event_id, d.event_type, d.topic,
+            d.asset_id, d.asset_seq, d.attempts
 )
-SELECT status FROM r`
+SELECT status, id, subscription_id, event_id, event_type, topic, asset_id, asset_seq, attempts FROM r`
 
 // releaseSQL gives one claim back without charging its attempt (shutdown
 // before the request went out or finished): a rolling restart must not look
@@ -178,22 +181,40 @@ SELECT (SELECT count(*) FROM d), coalesce((SELECT enabled FROM s), true),
 // pending, keeping their attempt; one whose attempts reached maxAttempts dies.
 // It reports how many went back to pending and how many died.
 func (s *DeliveryStore) ReclaimStalled(ctx context.Context, limit, maxAttempts int) (pending, dead int, err error) {
-	rows, err := s.db.Query(ctx, reclaimStalledSQL, limit, maxAttempts)
-	if err != nil {
-		return 0, 0, fmt.Errorf("reclaim stalled deliveries: %w", err)
-	}
-	statuses, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, 0, fmt.Errorf("reclaim stalled deliveries: %w", err)
-	}
-	for _, st := range statuses {
-		if st == StatusDead {
-			dead++
-		} else {
-			pending++
+	// The deaths are announced in the reclaim's transaction.
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, reclaimStalledSQL, limit, maxAttempts)
+		if err != nil {
+			return err
 		}
+		reclaimed, err := pgx.CollectRows(rows, pgx.RowToStructByNameLax[reclaimedRow])
+		if err != nil {
+			return err
+		}
+		var evs []opEvent
+		for _, r := range reclaimed {
+			if r.Status != StatusDead {
+				pending++
+				continue
+			}
+			dead++
+			c := &r.Claim
+			if announceDeath(c, s.Operations) {
+				evs = append(evs, deadEvent(c, contract.CauseLease, 0, "lease expired while in flight on the last allowed attempt"))
+			}
+		}
+		return announce(ctx, tx, s.Operations, evs...)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("reclaim stalled deliveries: %w", err)
 	}
 	return pending, dead, nil
+}
+
+// reclaimedRow is one row reclaimStalledSQL returns.
+type reclaimedRow struct {
+	Status string `db:"status"`
+	Claim
 }
 
 // Release gives one claim back without charging its attempt.
@@ -395,9 +416,29 @@ func (s *DeliveryStore) Dead(ctx context.Context, c *Claim, claimedBy string, o 
 		QueryRow(func(row pgx.Row) error {
 			return row.Scan(&n, &r.Enabled, &r.ConsecutiveFailures, &r.DisabledReason, &r.DisabledNow)
 		})
-	// One pgx batch is one implicit transaction: the attempt and the death
-	// commit together.
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	if s.Operations == "" {
+		// One pgx batch is one implicit transaction: the attempt and the
+		// death commit together.
+		if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+			return DeadResult{}, fmt.Errorf("mark delivery %d dead: %w", c.ID, err)
+		}
+		r.Current = n == 1
+		return r, nil
+	}
+	// With operational events, the death, the disable and their
+	// announcements commit together (store/operations.go).
+	var at time.Time
+	b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if n != 1 {
+			return nil
+		}
+		return announce(ctx, tx, s.Operations, deathEvents(c, o, r, disableAfter, gone, s.Operations, at)...)
+	})
+	if err != nil {
 		return DeadResult{}, fmt.Errorf("mark delivery %d dead: %w", c.ID, err)
 	}
 	r.Current = n == 1

@@ -117,6 +117,10 @@ type SubscriptionStore struct {
 	// SecretGrace: how long a rotated-out secret keeps signing
 	// (WEBHOOK_SECRET_GRACE). Zero: it stops at once.
 	SecretGrace time.Duration
+	// Operations is the topic disables, enables and rotations are announced
+	// on, in their own transaction (BRIDGE_OPERATIONS_TOPIC); "" announces
+	// nothing.
+	Operations string
 }
 
 // NewSubscriptionStore returns a store on db.
@@ -328,7 +332,12 @@ func (s *SubscriptionStore) RotateSecret(ctx context.Context, id string) (*Subsc
 		if _, err := querySubscription(ctx, tx, getSubscriptionSQL, id); err != nil {
 			return notFound("subscription", id, err)
 		}
-		return rotateSecret(ctx, tx, id, secret, s.SecretGrace)
+		if err := rotateSecret(ctx, tx, id, secret, s.SecretGrace); err != nil {
+			return err
+		}
+		return s.announce(ctx, tx, id, contract.OpSubscriptionSecretRotated, func(now time.Time) any {
+			return contract.SubscriptionSecretRotated{SubscriptionID: id, PreviousExpiresAt: now.Add(s.SecretGrace), RotatedAt: now}
+		})
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -356,7 +365,23 @@ func (s *SubscriptionStore) Disable(ctx context.Context, id, reason string) (*Su
 	if reason == "" {
 		reason = "disabled by an operator"
 	}
-	sub, err := querySubscription(ctx, s.db, disableSubscriptionSQL, id, reason)
+	var sub *Subscription
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		was, _, err := lockSubscriptionState(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if sub, err = querySubscription(ctx, tx, disableSubscriptionSQL, id, reason); err != nil {
+			return err
+		}
+		if !was {
+			return nil // already disabled: nothing changed that is worth announcing
+		}
+		return s.announce(ctx, tx, id, contract.OpSubscriptionDisabled, func(now time.Time) any {
+			return contract.SubscriptionDisabled{SubscriptionID: id, Cause: contract.CauseOperator, Reason: reason,
+				ConsecutiveFailures: sub.ConsecutiveFailures, DisabledAt: now}
+		})
+	})
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
@@ -369,11 +394,50 @@ func (s *SubscriptionStore) Enable(ctx context.Context, id string) (*Subscriptio
 	if err != nil {
 		return nil, err
 	}
-	sub, err := querySubscription(ctx, s.db, enableSubscriptionSQL, id)
+	var sub *Subscription
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		was, reason, err := lockSubscriptionState(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if sub, err = querySubscription(ctx, tx, enableSubscriptionSQL, id); err != nil {
+			return err
+		}
+		if was {
+			return nil // it was enabled: not a re-enable
+		}
+		return s.announce(ctx, tx, id, contract.OpSubscriptionEnabled, func(now time.Time) any {
+			return contract.SubscriptionEnabled{SubscriptionID: id, PreviousReason: reason, EnabledAt: now}
+		})
+	})
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}
 	return sub, nil
+}
+
+// lockSubscriptionStateSQL reads whether a subscription is enabled (and why
+// not) and locks it, so a disable or enable announces the transition it
+// made rather than one a concurrent statement made.
+const lockSubscriptionStateSQL = `
+SELECT enabled, coalesce(disabled_reason, '') FROM bridge.subscriptions WHERE id = $1 FOR UPDATE`
+
+func lockSubscriptionState(ctx context.Context, tx pgx.Tx, id string) (enabled bool, reason string, err error) {
+	err = tx.QueryRow(ctx, lockSubscriptionStateSQL, id).Scan(&enabled, &reason)
+	return enabled, reason, err
+}
+
+// announce enqueues one operational event about subscription id in tx;
+// payload gets the transaction's timestamp (the now() its UPDATE wrote).
+func (s *SubscriptionStore) announce(ctx context.Context, tx pgx.Tx, id, eventType string, payload func(now time.Time) any) error {
+	if s.Operations == "" {
+		return nil
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	return announce(ctx, tx, s.Operations, opEvent{asset: contract.OperationsAssetForSubscription(id), eventType: eventType, payload: payload(now)})
 }
 
 // Delete removes the subscription with its secrets, deliveries and log.
