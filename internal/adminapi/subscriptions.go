@@ -17,6 +17,9 @@ type subscriptionRequest struct {
 	EventTypes  []string `json:"event_types"`
 	Topic       *string  `json:"topic"`
 	Description *string  `json:"description"`
+	// Since (create only): RFC 3339 time or duration ago; the subscription
+	// starts with the retained history since then.
+	Since *string `json:"since"`
 }
 
 func (req subscriptionRequest) input() (store.SubscriptionInput, error) {
@@ -35,7 +38,15 @@ func (req subscriptionRequest) input() (store.SubscriptionInput, error) {
 			return store.SubscriptionInput{}, err
 		}
 	}
-	return store.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}, nil
+	in := store.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}
+	if req.Since != nil {
+		t, err := store.ParseSince(*req.Since, time.Now())
+		if err != nil {
+			return store.SubscriptionInput{}, err
+		}
+		in.Since = &t
+	}
+	return in, nil
 }
 
 // withoutSecret is the only shape a subscription leaves the API in, except
@@ -157,7 +168,7 @@ func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	if in.URL == nil && in.EventTypes == nil && in.Topic == nil && in.Description == nil {
+	if in.URL == nil && in.EventTypes == nil && in.Topic == nil && in.Description == nil && in.Since == nil {
 		return badRequest("body", "nothing to update: give at least one of url, event_types, topic, description")
 	}
 	sub, err := a.subs.Update(r.Context(), id, in)

@@ -64,10 +64,11 @@ checked on every attempt, at connect time (see docs/webhooks.md, SSRF).`,
 
 func newSubCreateCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "create --url URL --event-types T[,T...] [--topic T] [--description D]",
+		Use:   "create --url URL --event-types T[,T...] [--topic T] [--description D] [--since T]",
 		Short: "Create a subscription; prints its signing secret (the only time it is shown)",
 		Example: `  bridge subscriptions create --url https://crm.example.com/hooks --event-types 'asset.*'
-  bridge subscriptions create --url https://billing.example.com/in --event-types order.paid,order.refunded --topic orders -o json`,
+  bridge subscriptions create --url https://billing.example.com/in --event-types order.paid,order.refunded --topic orders -o json
+  bridge subscriptions create --url https://search.example.com/in --event-types 'asset.*' --since 6h   # history first (as far back as RELAY_RETENTION)`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(c)
@@ -75,11 +76,19 @@ func newSubCreateCmd() *cobra.Command {
 	types := c.Flags().StringSlice("event-types", nil, "comma-separated event types: exact names, prefix.* or *")
 	topic := c.Flags().String("topic", "", "only events from this topic (default: any topic)")
 	desc := c.Flags().String("description", "", "free text for operators")
+	since := c.Flags().String("since", "", "start with every retained matching event since this RFC 3339 time or duration ago (e.g. 6h), then the live ones")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkOutput(*out); err != nil {
 			return err
 		}
 		in := store.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
+		if cmd.Flags().Changed("since") {
+			t, err := store.ParseSince(*since, time.Now())
+			if err != nil {
+				return UsageErrorf("--%s", err)
+			}
+			in.Since = &t
+		}
 		if cmd.Flags().Changed("url") {
 			in.URL = url
 		}
@@ -285,6 +294,15 @@ func printSubscription(w io.Writer, format string, s *store.Subscription) error 
 		{"state", state},
 		{"dead in a row", strconv.Itoa(s.ConsecutiveFailures)},
 		{"created", s.CreatedAt.UTC().Format(time.RFC3339)},
+	}
+	if h := s.History; h != nil {
+		v := fmt.Sprintf("since %s: %d deliveries copied, ", h.Since.UTC().Format(time.RFC3339), h.Copied)
+		if h.DoneAt != nil {
+			v += "done " + h.DoneAt.UTC().Format(time.RFC3339)
+		} else {
+			v += "still copying (its deliveries wait until it is done)"
+		}
+		rows = append(rows, []string{"history", v})
 	}
 	for _, sec := range s.Secrets {
 		v := "current, since " + sec.CreatedAt.UTC().Format(time.RFC3339)

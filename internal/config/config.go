@@ -269,6 +269,15 @@ type Relay struct {
 	// RELAY_MAX_MESSAGE_BYTES: a payload larger than this is parked at once.
 	// Default 1000000 (Kafka's default max.message.bytes).
 	MaxMessageBytes int `env:"RELAY_MAX_MESSAGE_BYTES" envDefault:"1000000"`
+	// RELAY_CLOUDEVENTS: binary adds the CloudEvents Kafka binding's
+	// binary-mode headers (ce_specversion, ce_id = the dedup id, ce_source,
+	// ce_type, ce_time, ce_subject = the asset id) to every record, so
+	// CloudEvents consumers (Knative, Dapr) read them natively; empty:
+	// none. The value stays the payload.
+	CloudEvents string `env:"RELAY_CLOUDEVENTS"`
+	// RELAY_CLOUDEVENTS_SOURCE: the ce_source of every record, a
+	// URI-reference naming the producer. Default /outbox-bridge.
+	CloudEventsSource string `env:"RELAY_CLOUDEVENTS_SOURCE" envDefault:"/outbox-bridge"`
 }
 
 func (c Relay) validate() error {
@@ -293,6 +302,13 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_RETENTION", c.Retention.String(), "must be positive")
 	case c.MaxMessageBytes < 1:
 		return fieldError("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(c.MaxMessageBytes), "must be positive")
+	case c.CloudEvents != "" && c.CloudEvents != "binary":
+		return fieldError("RELAY_CLOUDEVENTS", c.CloudEvents, "must be binary or empty (structured mode would change the record value every consumer reads)")
+	}
+	if c.CloudEvents != "" {
+		if _, err := url.Parse(c.CloudEventsSource); err != nil || strings.TrimSpace(c.CloudEventsSource) == "" || strings.ContainsAny(c.CloudEventsSource, " \t\n") {
+			return fieldError("RELAY_CLOUDEVENTS_SOURCE", c.CloudEventsSource, "must be a non-empty URI-reference (e.g. /outbox-bridge or urn:example:catalog)")
+		}
 	}
 	return nil
 }

@@ -128,6 +128,7 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"KAFKA_BROKERS", "k1:9092, ,k2:9092", config.Needs{}, "empty item"},
 		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s", config.Needs{}, "empty item"},
 		{"WEBHOOK_ALLOWED_CIDRS", ",127.0.0.0/8", config.Needs{}, "empty item"},
+		{"RELAY_CLOUDEVENTS", "structured", config.Needs{}, "must be binary or empty"},
 		{"BRIDGE_OPERATIONS_TOPIC", "ops events", config.Needs{}, "not a valid Kafka topic name"},
 		{"BRIDGE_OPERATIONS_TOPIC", "..", config.Needs{}, "not a valid Kafka topic name"},
 		{"BRIDGE_OPERATIONS_TOPIC", "__ops", config.Needs{}, "reserved"},
@@ -142,6 +143,17 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 				t.Errorf("message %q does not say %q", err, tt.wantInMessage)
 			}
 		})
+	}
+}
+
+// RELAY_CLOUDEVENTS_SOURCE is checked only when CloudEvents are on.
+func TestLoadCloudEventsSource(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load(env(map[string]string{"RELAY_CLOUDEVENTS": "binary", "RELAY_CLOUDEVENTS_SOURCE": "not a uri"}), config.Needs{})
+	requireConfigError(t, err, "RELAY_CLOUDEVENTS_SOURCE")
+	cfg, err := config.Load(env(map[string]string{"RELAY_CLOUDEVENTS": "binary"}), config.Needs{})
+	if err != nil || cfg.Relay.CloudEventsSource != "/outbox-bridge" {
+		t.Fatalf("binary with the default source: %+v %v", cfg, err)
 	}
 }
 

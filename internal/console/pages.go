@@ -304,7 +304,16 @@ func formInput(r *http.Request) store.SubscriptionInput {
 }
 
 func (c *Console) subscriptionCreate(w http.ResponseWriter, r *http.Request) {
-	sub, err := c.subs.Create(r.Context(), formInput(r))
+	in := formInput(r)
+	if v := strings.TrimSpace(r.PostFormValue("since")); v != "" {
+		t, err := store.ParseSince(v, time.Now())
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		in.Since = &t
+	}
+	sub, err := c.subs.Create(r.Context(), in)
 	if err != nil {
 		c.fail(w, r, err)
 		return

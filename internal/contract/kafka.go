@@ -63,6 +63,11 @@ type Event struct {
 	// TraceID (32 lowercase hex), Traceparent and Tracestate (W3C) of the
 	// span the record continues; "" when the row has no trace.
 	TraceID, Traceparent, Tracestate string
+	// CreatedAt is the row's creation (ce_time).
+	CreatedAt time.Time
+	// CloudEvents, when set, adds the CloudEvents binary-mode headers
+	// (cloudevents.go) after the bridge's own.
+	CloudEvents *CloudEvents
 }
 
 // Encode returns the Kafka record of ev. The key is the asset id; the null
@@ -91,9 +96,12 @@ func Encode(ev Event) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(ev.AssetSeq, 10))},
 		kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ContentTypeJSON)},
 	)
+	if ev.CloudEvents != nil {
+		hs = append(hs, cloudEventsHeaders(ev, *ev.CloudEvents)...)
+	}
 	keys := make([]string, 0, len(ev.Headers))
 	for k := range ev.Headers {
-		if !reserved[k] {
+		if !reserved[k] && (ev.CloudEvents == nil || !isCloudEventsHeader(k)) {
 			keys = append(keys, k)
 		}
 	}

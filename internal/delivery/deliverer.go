@@ -189,6 +189,10 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	loops.Go(func() {
 		service.Every(ctx, service.Loop{Name: "delivery retention", Interval: d.cfg.PruneInterval, Logger: d.log}, d.prune)
 	})
+	loops.Go(func() {
+		service.Every(ctx, service.Loop{Name: "subscription history", Interval: d.cfg.PollInterval, Logger: d.log,
+			Immediate: true}, d.copyHistory)
+	})
 
 	d.log.InfoContext(ctx, "delivering", "workers", d.cfg.Workers, "max_in_flight_per_subscription", d.cfg.MaxInFlightPerSubscription,
 		"poll_interval", d.cfg.PollInterval, "lease", d.cfg.Lease, "max_attempts", d.cfg.maxAttempts())
@@ -350,6 +354,28 @@ func (d *Deliverer) reclaim(ctx context.Context) error {
 	if pending+dead > 0 {
 		d.log.WarnContext(ctx, "reclaimed deliveries whose lease expired (attempt kept)", "to_pending", pending, "dead", dead)
 		d.poke()
+	}
+	return nil
+}
+
+// historyBatch bounds the outbox rows one history batch looks at (one
+// transaction, a few milliseconds), so a long history never holds a
+// transaction open or a connection for long.
+const historyBatch = 500
+
+// copyHistory copies the history of subscriptions created with --since, a
+// bounded batch per transaction, at most 200 batches a round so shutdown is
+// never kept waiting.
+func (d *Deliverer) copyHistory(ctx context.Context) error {
+	for range 200 {
+		b, ok, err := d.store.CopyHistory(ctx, historyBatch)
+		if err != nil || !ok {
+			return err
+		}
+		if b.Done {
+			d.log.InfoContext(ctx, "subscription history copied; its deliveries start", "subscription_id", b.SubscriptionID)
+			d.poke()
+		}
 	}
 	return nil
 }

@@ -99,12 +99,16 @@ type deliveryStats struct {
 	byStatus             map[string]int64
 	enabled, disabled    int64
 	oldestBySubscription map[string]float64
+	// historyRemaining: per subscription still copying its history
+	// (create --since), the outbox rows its copy has not looked at yet.
+	historyRemaining map[string]int64
 }
 
 func readDeliveryStats(ctx context.Context, pool *pgxpool.Pool) (deliveryStats, error) {
 	st := deliveryStats{
 		byStatus:             map[string]int64{"pending": 0, "delivering": 0, "delivered": 0, "dead": 0},
 		oldestBySubscription: map[string]float64{},
+		historyRemaining:     map[string]int64{},
 	}
 	byStatus, err := store.CountByStatus(ctx, pool)
 	if err != nil {
@@ -112,6 +116,9 @@ func readDeliveryStats(ctx context.Context, pool *pgxpool.Pool) (deliveryStats, 
 	}
 	maps.Copy(st.byStatus, byStatus)
 	if st.enabled, st.disabled, err = store.CountSubscriptions(ctx, pool); err != nil {
+		return st, err
+	}
+	if st.historyRemaining, err = store.HistoryRemaining(ctx, pool); err != nil {
 		return st, err
 	}
 	oldest, err := store.OldestOpen(ctx, pool)
@@ -141,7 +148,10 @@ func (m *Metrics) ObserveDeliveries(pool *pgxpool.Pool) (func() error, error) {
 	oldest, err3 := m.meter.Float64ObservableGauge("bridge.delivery.oldest_pending_age",
 		metric.WithDescription("Per subscription, age of its oldest delivery still pending or in flight (0 when none): how far behind that endpoint is."),
 		metric.WithUnit("s"))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	history, err4 := m.meter.Int64ObservableGauge("bridge.subscription.history_remaining",
+		metric.WithDescription("Per subscription still copying its history (subscriptions create --since), the outbox rows its copy has yet to look at; its deliveries wait until it is done."),
+		metric.WithUnit("{row}"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("create delivery gauges: %w", err)
 	}
 	m.zeroRefreshErrors("deliveries")
@@ -161,8 +171,11 @@ func (m *Metrics) ObserveDeliveries(pool *pgxpool.Pool) (func() error, error) {
 		for id, age := range st.oldestBySubscription {
 			o.ObserveFloat64(oldest, age, metric.WithAttributes(attribute.String("subscription_id", id)))
 		}
+		for id, n := range st.historyRemaining {
+			o.ObserveInt64(history, n, metric.WithAttributes(attribute.String("subscription_id", id)))
+		}
 		return nil
-	}, byStatus, subs, oldest)
+	}, byStatus, subs, oldest, history)
 	if err != nil {
 		return nil, fmt.Errorf("register delivery gauges: %w", err)
 	}

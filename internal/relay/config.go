@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
@@ -54,6 +55,10 @@ type Config struct {
 	// (bridge.outbox.failed) in the parking transaction
 	// (BRIDGE_OPERATIONS_TOPIC). "": not announced.
 	OperationsTopic string
+	// CloudEvents, when set, adds the CloudEvents binary-mode headers to
+	// every record (RELAY_CLOUDEVENTS=binary, RELAY_CLOUDEVENTS_SOURCE).
+	// nil: none.
+	CloudEvents *contract.CloudEvents
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
 	// leases).

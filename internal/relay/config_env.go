@@ -1,11 +1,19 @@
 package relay
 
-import "github.com/outboxbridge/bridge/internal/config"
+import (
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
+)
 
 // ConfigFromEnv maps the RELAY_* environment (config.Relay) to a Config;
 // the caller sets Logger, TracerProvider and Metrics.
 func ConfigFromEnv(c config.Relay) Config {
+	var ce *contract.CloudEvents
+	if c.CloudEvents == "binary" {
+		ce = &contract.CloudEvents{Source: c.CloudEventsSource}
+	}
 	return Config{
+		CloudEvents:     ce,
 		MaxAttempts:     c.MaxAttempts,
 		BackoffBase:     c.BackoffBase,
 		BackoffMax:      c.BackoffMax,

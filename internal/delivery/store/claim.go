@@ -32,9 +32,12 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('
 // that claim is serving it — and $3 counts them. The CASE makes sure only
 // candidates are locked (a WHERE clause may evaluate its terms in any
 // order). A hash collision only makes two subscriptions share a lock.
+// A subscription whose history is still being copied is not served (see
+// history.go: its history must go out before what was queued live).
 const claimSubscriptionsSQL = `
 WITH c AS (
-  SELECT s.id, CASE WHEN s.enabled AND mod(abs(hashtext(s.id::text)), $1) = $2
+  SELECT s.id, CASE WHEN s.enabled AND (s.history_since IS NULL OR s.history_done_at IS NOT NULL)
+                         AND mod(abs(hashtext(s.id::text)), $1) = $2
                     THEN pg_try_advisory_xact_lock(7411005, hashtext(s.id::text)) END AS locked
   FROM bridge.subscriptions s
 )

@@ -22,21 +22,22 @@ import (
 // subscriptionColumns is the one column list of a Subscription, named as its
 // db tags so pgx.RowToAddrOfStructByName maps them; every statement that
 // returns a subscription ends with it.
-const subscriptionColumns = `s.id::text AS id, s.url, s.description, s.event_types, coalesce(s.topic, '') AS topic, s.enabled,
-       coalesce(s.disabled_reason, '') AS disabled_reason, s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at`
+var subscriptionColumns = `s.id::text AS id, s.url, s.description, s.event_types, coalesce(s.topic, '') AS topic, s.enabled,
+       coalesce(s.disabled_reason, '') AS disabled_reason, s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at,
+       ` + historyColumn
 
-const insertSubscriptionSQL = `
-INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic)
-VALUES ($1, $2, $3, nullif($4, ''))
+var insertSubscriptionSQL = `
+INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic, history_since)
+VALUES ($1, $2, $3, nullif($4, ''), $5)
 RETURNING ` + subscriptionColumns
 
-const getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s WHERE s.id = $1`
+var getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s WHERE s.id = $1`
 
-const listSubscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
+var listSubscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
 
 // updateSubscriptionSQL changes only the fields whose parameter is not NULL;
 // $5 is the topic and $6 says whether to set it (an empty topic clears the filter).
-const updateSubscriptionSQL = `
+var updateSubscriptionSQL = `
 UPDATE bridge.subscriptions s SET
   url = coalesce($2, s.url),
   description = coalesce($3, s.description),
@@ -46,14 +47,14 @@ UPDATE bridge.subscriptions s SET
 WHERE s.id = $1
 RETURNING ` + subscriptionColumns
 
-const disableSubscriptionSQL = `
+var disableSubscriptionSQL = `
 UPDATE bridge.subscriptions s SET enabled = false, disabled_reason = $2, disabled_at = now(), updated_at = now()
 WHERE s.id = $1
 RETURNING ` + subscriptionColumns
 
 // enableSubscriptionSQL resets consecutive_failures: the operator says the
 // endpoint is fixed, so the next death starts a new count.
-const enableSubscriptionSQL = `
+var enableSubscriptionSQL = `
 UPDATE bridge.subscriptions s SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
   consecutive_failures = 0, updated_at = now()
 WHERE s.id = $1
@@ -84,6 +85,8 @@ type Subscription struct {
 	ConsecutiveFailures int          `json:"consecutive_failures" db:"consecutive_failures"`
 	CreatedAt           time.Time    `json:"created_at" db:"created_at"`
 	UpdatedAt           time.Time    `json:"updated_at" db:"updated_at"`
+	// History is the backfill `create --since` asked for (nil: none).
+	History *History `json:"history,omitempty" db:"history"`
 	Secret              string       `json:"secret,omitempty" db:"-"`
 	Secrets             []SecretInfo `json:"secrets,omitempty" db:"-"`
 }
@@ -135,6 +138,9 @@ type SubscriptionInput struct {
 	EventTypes  []string
 	Topic       *string
 	Description *string
+	// Since (create only): start with every retained matching event since
+	// then (history), before the live ones. nil: live events only.
+	Since *time.Time
 }
 
 // ValidateURL accepts an absolute http(s) URL with a host; http only when
@@ -236,6 +242,9 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 			return err
 		}
 	}
+	if in.Since != nil && !create {
+		return &ValidationError{Field: "since", Problem: "can only be given when the subscription is created"}
+	}
 	return nil
 }
 
@@ -258,13 +267,22 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 	var sub *Subscription
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic))
+		if in.Since != nil {
+			if err := checkSince(ctx, tx, *in.Since); err != nil {
+				return err
+			}
+		}
+		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic), in.Since)
 		if err != nil {
 			return err
 		}
 		return writeSecret(ctx, tx, sub.ID, secret)
 	})
 	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("create subscription: %w", err)
 	}
 	sub.Secret = secret
