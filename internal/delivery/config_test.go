@@ -1,11 +1,11 @@
 package delivery
 
 import (
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // TestDocumentedDefaultsAreTheEnvDefaults: every default this package's
@@ -13,17 +13,7 @@ import (
 // withDefaults applies exactly those.
 func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("config.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := config.DocumentedDefaultMismatches("config.go", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
+	testkit.DocumentedDefaults(t, "config.go")
 	want, err := ConfigFromEnv(config.Defaults().Webhook)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -194,11 +194,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		return nil, err
 	}
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	res.BaselineHeapMiB = float64(ms.HeapInuse) / (1 << 20)
-	stopSampling, peak := sampleHeap()
+	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	heap := bench.WatchHeap(20 * time.Millisecond)
 
 	progress(fmt.Sprintf("draining with %d relay replica(s)", o.Replicas))
 	claims := &durations{}
@@ -243,8 +240,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
 	res.DrainRate = float64(o.Events) / res.DrainSeconds
-	res.PeakHeapMiB = stopSampling()
-	_ = peak
+	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs = claims.percentiles()
 
 	progress("reading the topic back to verify per-key order")
@@ -310,37 +306,6 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string, hook *ac
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// sampleHeap samples the Go heap every 20 ms until the returned function is
-// called, which returns the peak in MiB.
-func sampleHeap() (stop func() float64, peak *atomic.Uint64) {
-	peak = &atomic.Uint64{}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				if m.HeapInuse > peak.Load() {
-					peak.Store(m.HeapInuse)
-				}
-			}
-		}
-	}()
-	return func() float64 {
-		close(done)
-		wg.Wait()
-		return float64(peak.Load()) / (1 << 20)
-	}, peak
 }
 
 // claimMarkCeiling measures the one-statement claim+mark (see
