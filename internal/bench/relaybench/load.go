@@ -281,11 +281,26 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var relays sync.WaitGroup
-	defer func() { stop(); relays.Wait() }()
-	for _, c := range clients {
+	var pools []*pgxpool.Pool
+	defer func() {
+		stop()
+		relays.Wait()
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i, c := range clients {
 		rc := rc
 		rc.MemberID = ""
-		r := relay.New(pool, c, rc)
+		rp := pool
+		if i > 0 {
+			var err error
+			if rp, err = replicaPool(ctx, pool); err != nil {
+				return nil, err
+			}
+			pools = append(pools, rp)
+		}
+		r := relay.New(rp, c, rc)
 		relays.Add(1)
 		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
 	}
