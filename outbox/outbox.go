@@ -93,7 +93,7 @@ func (e Event) validate() error {
 // application's change and can never be sent: the relay parks it later, far
 // from the code that wrote it. The rules are Kafka's (1–249 characters of
 // [a-zA-Z0-9._-], not "." or ".."), plus its internal prefix "__"; the SQL
-// function bridge.topic_name_problem (migration 00030) is the same check
+// function bridge.topic_name_problem (the baseline migration) is the same check
 // for callers of bridge.enqueue, and its messages match these.
 func topicProblem(topic string) string {
 	switch {
