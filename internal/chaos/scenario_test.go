@@ -307,11 +307,16 @@ func at(ctx context.Context, start time.Time, offset time.Duration, wg *sync.Wai
 func TestChaosScenario(t *testing.T) {
 	t.Parallel()
 	pl := scenarioPlan()
+	waitBroker := harness.StartBrokerAsync(t)
+	defer waitBroker() //nolint:errcheck // a failed setup below still waits for it before the test ends
 	pg := harness.StartPG(t, "primary", nil)
 	if err := harness.CreateDB(pg.URL("postgres"), "bridge"); err != nil {
 		t.Fatal(err)
 	}
-	broker := harness.StartBroker(t)
+	broker, err := waitBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
 	url := pg.URL("bridge")
 	p := harness.NewPipeline(t, harness.PipelineConfig{DBURL: url, Brokers: []string{broker.Addr()}})
 	p.StartProcs()
