@@ -206,28 +206,35 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	var relays sync.WaitGroup
 	var clients []*kgo.Client
 	start = time.Now()
-	for i := range o.Replicas {
-		c := client
-		if i > 0 {
-			if c, err = newClient(); err != nil {
-				stopRelays()
-				return nil, err
-			}
-			clients = append(clients, c)
-		}
-		rc := rc
-		rc.MemberID = ""
-		r := relay.New(pool, c, rc)
-		relays.Add(1)
-		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
-	}
+	var pools []*pgxpool.Pool
 	defer func() {
 		stopRelays()
 		relays.Wait()
 		for _, c := range clients {
 			c.Close()
 		}
+		for _, p := range pools {
+			p.Close()
+		}
 	}()
+	for i := range o.Replicas {
+		c, rp := client, pool
+		if i > 0 {
+			if c, err = newClient(); err != nil {
+				return nil, err
+			}
+			clients = append(clients, c)
+			if rp, err = replicaPool(ctx, pool); err != nil {
+				return nil, err
+			}
+			pools = append(pools, rp)
+		}
+		rc := rc
+		rc.MemberID = ""
+		r := relay.New(rp, c, rc)
+		relays.Add(1)
+		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
+	}
 	if err := waitDrained(ctx, pool, topic, hook, int64(o.Events)); err != nil {
 		return nil, err
 	}
@@ -246,7 +253,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d event(s) per transaction)", o.Rate, o.RateDuration, o.Writers, o.TxEvents))
 	res.LatencyOffered = o.Rate
 	hook.topic.Store(nil)
-	lr, err := offer(ctx, pool, load{topic: topic, assets: o.Assets, rate: o.Rate, duration: o.RateDuration, writers: o.Writers, txEvents: o.TxEvents}, lat)
+	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.RateDuration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +264,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.LatencyEvents, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
+}
+
+// replicaPool is a pool of its own for a further replica, with the first
+// one's settings: replicas in separate processes do not share connections,
+// and a shared pool would make them queue for each other's.
+func replicaPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
+	p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
+	if err != nil {
+		return nil, fmt.Errorf("replica pool: %w", err)
+	}
+	return p, nil
 }
 
 // waitDrained waits until the relays' clients saw want acknowledgements for

@@ -2,6 +2,7 @@ package relaybench
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -51,7 +52,10 @@ func TestSustainReportsTheRun(t *testing.T) {
 	res, err := Sustain(context.Background(), db.Pool, []kgo.Opt{kgo.SeedBrokers(brokers...)}, benchConfig(), SustainOptions{
 		Duration: 3 * time.Second, Rate: 60, Writers: 2, TxEvents: 5, Assets: 20, Partitions: 3, HoldXmin: true,
 	}, nil)
-	if err != nil {
+	// On a loaded machine two writers can fall a few percent short of even
+	// 200 events/s: that is reported as an error with the result, which is
+	// still complete.
+	if err != nil && !(errors.Is(err, ErrShortOfRate) && res != nil) {
 		t.Fatal(err)
 	}
 	if res.Events != 180 || len(res.Minutes) != 1 || res.Minutes[0].Acked != 180 || res.ClaimP99FirstMinuteMs <= 0 || !res.HoldXmin {
