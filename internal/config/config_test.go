@@ -249,7 +249,7 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         "outbox-bridge",
 		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
 		"CONSUMER_MAX_POLL_RECORDS":              500,
-		"CONSUMER_SESSION_TIMEOUT":               10 * time.Second,
+		"CONSUMER_SESSION_TIMEOUT":               6 * time.Second,
 		"CONSUMER_REBALANCE_TIMEOUT":             30 * time.Second,
 		"CONSUMER_INSTANCE_ID":                   "",
 		"CONSUMER_GROUP_PROTOCOL":                "classic",
