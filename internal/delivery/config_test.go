@@ -21,7 +21,7 @@ func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	got := Config{}.withDefaults()
 	if !slices.Equal(got.RetrySchedule, want.RetrySchedule) || got.DisableAfter != want.DisableAfter || got.Timeout != want.Timeout ||
 		got.Lease != want.Lease || got.Workers != want.Workers || got.MaxInFlightPerSubscription != want.MaxInFlightPerSubscription ||
-		got.PollInterval != want.PollInterval || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
+		got.PollInterval != want.PollInterval || got.ClaimLoops != want.ClaimLoops || got.ClaimBytes != want.ClaimBytes || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
 		t.Errorf("withDefaults %+v, environment defaults %+v", got, want)
 	}
 }

@@ -253,7 +253,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d event(s) per transaction)", o.Rate, o.RateDuration, o.Writers, o.TxEvents))
 	res.LatencyOffered = o.Rate
 	hook.topic.Store(nil)
-	lr, err := offer(ctx, pool, load{topic: topic, assets: o.Assets, rate: o.Rate, duration: o.RateDuration, writers: o.Writers, txEvents: o.TxEvents}, lat)
+	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.RateDuration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
 	if err != nil {
 		return nil, err
 	}
