@@ -394,14 +394,15 @@ type Webhook struct {
 	// WEBHOOK_SECRET_GRACE: how long a rotated-out secret keeps signing.
 	// Default 24h.
 	SecretGrace time.Duration `env:"WEBHOOK_SECRET_GRACE" envDefault:"24h"`
-	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: concurrent requests to one
-	// subscription. Default 8.
-	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"8"`
-	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 32.
-	Workers int `env:"WEBHOOK_WORKERS" envDefault:"32"`
+	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: deliveries of one subscription
+	// in flight at once (sending, or waiting for their outcome to be
+	// written). Default 32.
+	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"32"`
+	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 128.
+	Workers int `env:"WEBHOOK_WORKERS" envDefault:"128"`
 	// WEBHOOK_CLAIM_LOOPS: claim statements one deliverer may run at once,
-	// each for its own share of the subscriptions. Default 2.
-	ClaimLoops int `env:"WEBHOOK_CLAIM_LOOPS" envDefault:"2"`
+	// each for its own share of the subscriptions. Default 4.
+	ClaimLoops int `env:"WEBHOOK_CLAIM_LOOPS" envDefault:"4"`
 	// WEBHOOK_CLAIM_BYTES: payload bytes one deliverer holds at most
 	// (claimed, in a request or waiting for its outcome; a claim always takes
 	// at least one row), so memory is bounded by bytes, not by rows. Default

@@ -259,9 +259,9 @@ func TestLoadDefaults(t *testing.T) {
 		"WEBHOOK_LEASE":                          60 * time.Second,
 		"WEBHOOK_ALLOW_HTTP":                     false,
 		"WEBHOOK_SECRET_GRACE":                   24 * time.Hour,
-		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 8,
-		"WEBHOOK_WORKERS":                        32,
-		"WEBHOOK_CLAIM_LOOPS":                    2,
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 32,
+		"WEBHOOK_WORKERS":                        128,
+		"WEBHOOK_CLAIM_LOOPS":                    4,
 		"WEBHOOK_CLAIM_BYTES":                    16777216,
 		"WEBHOOK_POLL_INTERVAL":                  time.Second,
 	}

@@ -46,15 +46,17 @@ type Config struct {
 	// Default 60s, or twice Timeout when that is longer.
 	Lease time.Duration
 	// Workers: concurrent HTTP requests in total (WEBHOOK_WORKERS). Default
-	// 32.
+	// 128.
 	Workers int
 	// MaxInFlightPerSubscription bounds one subscription's share of the
 	// workers, so a slow endpoint cannot occupy them all
-	// (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). Default 8.
+	// (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). Default 32. It counts a
+	// delivery until its outcome is written, not only while its request
+	// runs.
 	MaxInFlightPerSubscription int
 	// ClaimLoops: claim statements that may run at once, each for its own
 	// share of the subscriptions (by a hash of the id) (WEBHOOK_CLAIM_LOOPS).
-	// Default 2.
+	// Default 4.
 	ClaimLoops int
 	// ClaimBytes: payload bytes held at most — claimed, in a request or
 	// waiting for the outcome to be written. A claim takes rows while the

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
@@ -91,4 +93,41 @@ FROM generate_series(1, $3) g`, sub.ID, size, assets); err != nil {
 	if grew > 48 {
 		t.Fatalf("heap grew by %.1f MiB: claims must stop at WEBHOOK_CLAIM_BYTES (%d), not at the row count", grew, budget)
 	}
+}
+
+// TestSlowRequestsLendTheirClaimSlots: a request running past slowRequest
+// gives its claim slot back to the claim loops while it runs (so a slow
+// endpoint's cap of requests does not shrink the capacity the other
+// subscriptions claim with), takes it back when it ends, and every slot and
+// byte is returned once the outcomes are written.
+func TestSlowRequestsLendTheirClaimSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var arrived atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived.Add(1)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	sub := b.createSub(t, srv.URL)
+	var ids []int64
+	for i := range 4 {
+		ids = append(ids, b.insert(t, sub.ID, fmt.Sprintf("a%d", i), 1, `{"x":1}`))
+	}
+	d, _ := b.runDeliverer(t, Config{Workers: 4, MaxInFlightPerSubscription: 4})
+	testkit.Eventually(t, waitLong, func() string {
+		return testkit.Unless(arrived.Load() == 4 && d.inFlight.Load() == 0,
+			"4 requests held at the endpoint with their slots lent (arrived %d, slots out %d)", arrived.Load(), d.inFlight.Load())
+	})
+	close(release)
+	for _, id := range ids {
+		b.waitStatus(t, id, store.StatusDelivered)
+	}
+	testkit.Eventually(t, waitLong, func() string {
+		return testkit.Unless(d.inFlight.Load() == 0 && d.bytesOut.Load() == 0,
+			"every slot and byte given back (slots %d, bytes %d)", d.inFlight.Load(), d.bytesOut.Load())
+	})
 }

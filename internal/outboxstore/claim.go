@@ -58,11 +58,17 @@ func (w *Claimed) AssetKey() string {
 // one-time filter over the whole statement — every lane asked for must still
 // be held — so it costs one lookup per claim, not one per row.
 //
-// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
+// The NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
 // waits for its retry; without the hold, the next claim would hand out X's
 // row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
 // skipped; rows of every other asset still flow. A FAILED row is not NEW, so
-// a parked row holds nothing back.
+// a parked row holds nothing back. The waiting rows are read once per claim
+// (MATERIALIZED), above the floor $9 (every NEW row of the lanes is above
+// it, a waiting one too: it was claimed before it was charged): with few
+// live NEW rows the planner once ran the probe per claimed row as a walk of
+// all of outbox_new_by_seq, and while a transaction pinned the xmin horizon
+// that index held 590,000 dead entries — every claim timed out after 30 s.
+// Every read of that index here starts at a seq ($4, $9) for that reason.
 //
 // Sizes are checked here, not after reading (payload_bytes, migration
 // 00011): a row whose payload is over $7 bytes comes back with its size and
@@ -95,7 +101,16 @@ func (w *Claimed) AssetKey() string {
 // returns the status of every claimed asset's predecessor (below), and the
 // relay holds an asset whose predecessor is still NEW.
 const claimSQL = `
-WITH c AS (
+WITH waiting AS MATERIALIZED (
+  SELECT coalesce(e.asset_id, '') AS asset_key, min(e.seq) AS seq
+  FROM bridge.outbox e
+  WHERE e.status = 'NEW'
+    AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
+    AND e.next_attempt_at > now()
+    AND e.seq > $9
+  GROUP BY 1
+),
+c AS (
   SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload, o.payload_bytes,
          o.headers, o.traceparent, o.tracestate, o.attempts, o.created_at, o.replayed_at,
          -- bytes this row costs the batch: an oversized row's payload is
@@ -109,12 +124,7 @@ WITH c AS (
     AND o.next_attempt_at <= now()
     AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
     AND NOT EXISTS (
-      SELECT 1 FROM bridge.outbox e
-      WHERE e.status = 'NEW'
-        AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
-        AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
-        AND e.seq < o.seq
-        AND e.next_attempt_at > now())
+      SELECT 1 FROM waiting w WHERE w.asset_key = coalesce(o.asset_id, '') AND w.seq < o.seq)
   ORDER BY o.seq
   LIMIT $2
 ),
@@ -155,6 +165,7 @@ type ClaimParams struct {
 	Margin time.Duration // lease that must be left on every lane
 	Limit  int           // rows at most
 	After  int64         // only rows with seq above it: the resume cursor or the floor (0: all)
+	Floor  int64         // every NEW row of Lanes has a seq above it (0: unknown)
 	// Exclude are seqs of rows still being settled: they are NEW until the
 	// settlement is written and must not be claimed twice.
 	Exclude []int64
@@ -171,7 +182,7 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 	if exclude == nil {
 		exclude = []int64{}
 	}
-	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes)
+	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}

@@ -34,10 +34,20 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 		after = r.floor
 		r.lastFloorScan = time.Now()
 	}
+	margin := r.cfg.LeaseTimeout / 2
+	if late := r.lanes.sinceRenewed(); late > r.cfg.LeaseTimeout-margin && time.Since(r.fenceWarned) > 10*time.Second {
+		// The fence refuses every claim now, and an empty claim looks like
+		// an empty outbox: without this line a relay whose lease upkeep
+		// cannot keep up (a starved machine, a slow disk under its commits)
+		// stalls with its rows NEW and says nothing.
+		r.fenceWarned = time.Now()
+		r.log.WarnContext(ctx, "lane leases not renewed in time: the fence refuses claims until the upkeep catches up",
+			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
+	}
 	started := time.Now()
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
-		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
-		Limit: r.cfg.BatchSize, After: after, Exclude: exclude,
+		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
+		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: exclude,
 		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
 	})
 	if err != nil {
