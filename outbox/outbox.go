@@ -23,11 +23,11 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
+	"github.com/outboxbridge/bridge/internal/topicname"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -91,36 +91,8 @@ func (e Event) validate() error {
 // topicProblem says what is wrong with a topic name, or "" when Kafka
 // accepts it. A row whose topic Kafka refuses commits with the
 // application's change and can never be sent: the relay parks it later, far
-// from the code that wrote it. The rules are Kafka's (1–249 characters of
-// [a-zA-Z0-9._-], not "." or ".."), plus its internal prefix "__"; the SQL
-// function bridge.topic_name_problem (migration 00030) is the same check
-// for callers of bridge.enqueue, and its messages match these.
-func topicProblem(topic string) string {
-	switch {
-	case topic == "":
-		return "it must not be empty"
-	case utf8.RuneCountInString(topic) > 249:
-		return fmt.Sprintf("it is %d characters long; at most 249 are allowed", utf8.RuneCountInString(topic))
-	case topic == "." || topic == "..":
-		return "'.' and '..' are not allowed"
-	case strings.IndexFunc(topic, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-	}) >= 0:
-		return "only ASCII letters, digits, '.', '_' and '-' are allowed"
-	case strings.HasPrefix(topic, "__"):
-		return "names starting with '__' are reserved for Kafka's internal topics"
-	}
-	return ""
-}
-
-// ValidateTopic says what is wrong with a topic name Kafka would refuse (nil
-// when it accepts it), by the rules Enqueue applies to every event.
-func ValidateTopic(topic string) error {
-	if p := topicProblem(topic); p != "" {
-		return errors.New(p)
-	}
-	return nil
-}
+// from the code that wrote it.
+func topicProblem(topic string) string { return topicname.Problem(topic) }
 
 // Enqueue writes one event in tx and returns its id, the dedup id every copy
 // of the event carries (Kafka header dedup-id, webhook-id). The W3C trace
@@ -166,7 +138,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, 
 	if len(lockOrder) > 1 {
 		// Pre-lock every asset counter in sorted order (creating missing ones
 		// without advancing them), then write the events in caller order.
-		b.Queue(lockCountersSQL, lockOrder)
+		b.Queue(outboxstore.LockCountersSQL, lockOrder)
 	}
 	for _, ev := range events {
 		args, err := enqueueArgs(ctx, ev)
@@ -193,18 +165,6 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, 
 	}
 	return ids, nil
 }
-
-// lockCountersSQL locks every asset counter of the batch in sorted key order,
-// creating missing ones at 0, in one statement: INSERT … SELECT … ORDER BY
-// processes rows in that order, and ON CONFLICT DO UPDATE locks an existing
-// row just as the insert locks a new one. bridge.enqueue then finds the
-// counters already locked by this transaction. (Inserting the missing rows
-// and locking the existing ones in two steps would lock out of order and
-// deadlock against a batch doing the same in reverse.)
-const lockCountersSQL = `
-INSERT INTO bridge.asset_counters AS c (asset_key, last_asset_seq)
-SELECT k, 0 FROM unnest($1::text[]) AS k ORDER BY k
-ON CONFLICT (asset_key) DO UPDATE SET last_asset_seq = c.last_asset_seq`
 
 func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
 	headers := ev.Headers

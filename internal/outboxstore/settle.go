@@ -6,8 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // Every statement that records an outcome is fenced: `o.lane = ANY(fence)`
@@ -20,12 +18,17 @@ import (
 // markSentSQL records the broker's acknowledgement. Rows are found by seq
 // on the NEW index (outbox_new_by_seq), whose entries for one batch sit on a
 // few adjacent pages, rather than by id on the primary key, where a batch's
-// random uuids touch a page each.
+// random uuids touch a page each. $5..$6 is the batch's seq range: with few
+// live NEW rows the planner hashes the batch against a walk of the whole
+// index, which is cheap until a transaction pins the xmin horizon and the
+// index fills with dead entries nothing can remove (590,000 in two minutes
+// at 5,000 events/s); the range keeps any plan within the batch.
 const markSentSQL = `
 UPDATE bridge.outbox o
 SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
 FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS m(seq, part, off)
 WHERE o.seq = m.seq AND o.status = 'NEW'
+  AND o.seq BETWEEN $5 AND $6
   AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
 
 // Ack is one broker acknowledgement to record.
@@ -41,10 +44,15 @@ func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, err
 	seqs := make([]int64, len(acks))
 	parts := make([]int32, len(acks))
 	offs := make([]int64, len(acks))
+	if len(acks) == 0 {
+		return 0, nil
+	}
+	lo, hi := acks[0].Seq, acks[0].Seq
 	for i, a := range acks {
 		seqs[i], parts[i], offs[i] = a.Seq, a.Partition, a.Offset
+		lo, hi = min(lo, a.Seq), max(hi, a.Seq)
 	}
-	tag, err := db.Exec(ctx, markSentSQL, member, seqs, parts, offs)
+	tag, err := db.Exec(ctx, markSentSQL, member, seqs, parts, offs, lo, hi)
 	if err != nil {
 		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
 	}
@@ -81,16 +89,16 @@ type Charged struct {
 }
 
 // ChargeAttempts charges each row one attempt; a row reaching maxAttempts is
-// parked as FAILED, and announced on opsTopic ("" none) in the same
-// transaction (announceFailedSQL).
-func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int, opsTopic string) ([]Charged, error) {
+// parked as FAILED, and announced as ann says in the same transaction
+// (announceFailedSQL).
+func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int, ann Announce) ([]Charged, error) {
 	ids := make([]uuid.UUID, len(charges))
 	errs := make([]string, len(charges))
 	delays := make([]int64, len(charges))
 	for i, c := range charges {
 		ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
 	}
-	if opsTopic == "" {
+	if ann.Topic == "" {
 		rows, err := db.Query(ctx, chargeSQL, member, ids, errs, delays, maxAttempts)
 		if err != nil {
 			return nil, fmt.Errorf("charge outbox attempts: %w", err)
@@ -108,7 +116,7 @@ func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge,
 		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
 		return err
 	})
-	queueAnnounceFailed(b, opsTopic, ids)
+	queueAnnounceFailed(b, ann, ids)
 	// One pgx batch is one implicit transaction: the park and its
 	// announcement commit together.
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
@@ -117,7 +125,19 @@ func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge,
 	return out, nil
 }
 
-// announceFailedSQL enqueues a bridge.outbox.failed operational event (on
+// Announce says how a parked row is announced as an operational event
+// (contract.OpOutboxFailed and its payload, docs/contract.md); the relay
+// fills it in from internal/contract, which this package does not import
+// (the public outbox package imports this one and must not link the Kafka
+// client). A zero Topic announces nothing.
+type Announce struct {
+	Topic       string   // BRIDGE_OPERATIONS_TOPIC
+	EventType   string   // the event type of the announcement
+	AssetPrefix string   // its asset id is this + the parked row's topic
+	Skip        []string // event types whose parked rows are not announced (the operational ones)
+}
+
+// announceFailedSQL enqueues an outbox.failed operational event ($5 on
 // topic $1) for each of the rows $2 that this transaction parked (failed_at
 // is the transaction's now()), through bridge.enqueue, in the parking
 // statement's transaction: a park that commits is announced, one that rolls
@@ -127,7 +147,7 @@ func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge,
 // without end. The events are enqueued in asset order so two relays parking
 // rows of the same topics take the per-asset locks in the same order.
 const announceFailedSQL = `
-SELECT count(bridge.enqueue($1, $3 || o.topic, '` + contract.OpOutboxFailed + `', jsonb_build_object(
+SELECT count(bridge.enqueue($1, $3 || o.topic, $5, jsonb_build_object(
          'id', o.id, 'topic', o.topic, 'asset_id', o.asset_id, 'asset_seq', o.asset_seq,
          'event_type', o.event_type, 'attempts', o.attempts, 'error', coalesce(o.last_error, ''),
          'failed_at', o.failed_at)))
@@ -137,8 +157,8 @@ FROM (SELECT o.* FROM bridge.outbox o
       ORDER BY o.topic, o.seq
       OFFSET 0) o`
 
-func queueAnnounceFailed(b *pgx.Batch, opsTopic string, ids []uuid.UUID) {
-	b.Queue(announceFailedSQL, opsTopic, ids, contract.OperationsAssetForTopic(""), contract.OperationTypes())
+func queueAnnounceFailed(b *pgx.Batch, ann Announce, ids []uuid.UUID) {
+	b.Queue(announceFailedSQL, ann.Topic, ids, ann.AssetPrefix, ann.Skip, ann.EventType)
 }
 
 // parkSQL parks rows that retrying cannot fix (too large, invalid topic,
@@ -156,15 +176,15 @@ type Park struct {
 	Reason string
 }
 
-// ParkRows parks rows as FAILED and announces them on opsTopic ("" none)
-// in the same transaction.
-func ParkRows(ctx context.Context, db DB, member string, parks []Park, opsTopic string) error {
+// ParkRows parks rows as FAILED and announces them as ann says in the same
+// transaction.
+func ParkRows(ctx context.Context, db DB, member string, parks []Park, ann Announce) error {
 	ids := make([]uuid.UUID, len(parks))
 	reasons := make([]string, len(parks))
 	for i, p := range parks {
 		ids[i], reasons[i] = p.ID, p.Reason
 	}
-	if opsTopic == "" {
+	if ann.Topic == "" {
 		if _, err := db.Exec(ctx, parkSQL, member, ids, reasons); err != nil {
 			return fmt.Errorf("park outbox rows: %w", err)
 		}
@@ -172,7 +192,7 @@ func ParkRows(ctx context.Context, db DB, member string, parks []Park, opsTopic 
 	}
 	b := &pgx.Batch{}
 	b.Queue(parkSQL, member, ids, reasons)
-	queueAnnounceFailed(b, opsTopic, ids)
+	queueAnnounceFailed(b, ann, ids)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("park outbox rows: %w", err)
 	}

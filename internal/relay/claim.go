@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/database"
@@ -13,23 +15,39 @@ import (
 // row is one claimed outbox row.
 type row = outboxstore.Claimed
 
-// claim reads the next batch. See outboxstore's claimSQL for the cursor: the
-// claim resumes after the last row it claimed while a drain is under way, and
-// scans from the start whenever it caught up or the poll interval passed.
-func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, bool, error) {
+// claim reads the next batch. See outboxstore's claimSQL for where the scan
+// starts: after the last row claimed while a drain is under way, and from the
+// floor whenever the relay caught up or the poll interval passed.
+func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([]*row, bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	cursor := r.cursor
-	if time.Since(r.lastFullScan) >= r.cfg.PollInterval {
-		cursor = 0
+	if !slices.Equal(lanes, r.floorLanes) {
+		// A lane just taken over may hold NEW rows anywhere below the floor.
+		r.floor, r.floorLanes = 0, slices.Clone(lanes)
 	}
-	if cursor == 0 {
-		r.lastFullScan = time.Now()
+	if low := r.lowered.Swap(math.MaxInt64); low < r.floor {
+		r.floor = low
+	}
+	after := r.cursor
+	fromFloor := after == 0 || time.Since(r.lastFloorScan) >= r.cfg.PollInterval
+	if fromFloor {
+		after = r.floor
+		r.lastFloorScan = time.Now()
+	}
+	margin := r.cfg.LeaseTimeout / 2
+	if late := r.lanes.sinceRenewed(); late > r.cfg.LeaseTimeout-margin && time.Since(r.fenceWarned) > 10*time.Second {
+		// The fence refuses every claim now, and an empty claim looks like
+		// an empty outbox: without this line a relay whose lease upkeep
+		// cannot keep up (a starved machine, a slow disk under its commits)
+		// stalls with its rows NEW and says nothing.
+		r.fenceWarned = time.Now()
+		r.log.WarnContext(ctx, "lane leases not renewed in time: the fence refuses claims until the upkeep catches up",
+			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
 	}
 	started := time.Now()
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
-		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
-		Limit: r.cfg.BatchSize, After: cursor, Exclude: exclude,
+		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
+		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
 		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
 	})
 	if err != nil {
@@ -38,12 +56,53 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 	if r.cfg.ClaimObserver != nil {
 		r.cfg.ClaimObserver(time.Since(started), len(claimed))
 	}
+	if fromFloor && len(claimed) > 0 {
+		// Nothing of these lanes is NEW below the lowest NEW row this
+		// snapshot saw. Rows becoming NEW below it since (a late commit, a
+		// replay) are in r.lowered and apply to the next claim. An empty
+		// claim keeps the old floor: lower than needed, never too high.
+		r.floor = claimed[0].FloorSeq - 1
+	}
 	if !more {
-		r.cursor = 0 // caught up: the next claim scans from the start
+		r.cursor = 0 // caught up: the next claim starts from the floor
 	} else {
 		r.cursor = claimed[len(claimed)-1].Seq
 	}
 	return claimed, more, nil
+}
+
+// lowerFloor makes the next claim scan from seq above at most: rows from
+// above+1 on may have become NEW below the floor. Safe from any goroutine.
+func (r *Relay) lowerFloor(above int64) {
+	for {
+		cur := r.lowered.Load()
+		if above >= cur || r.lowered.CompareAndSwap(cur, above) {
+			return
+		}
+	}
+}
+
+// excluded are the seqs of the settlement being written (nil: none): NEW
+// until it commits, and not to be claimed again meanwhile.
+func (s *settlement) excluded() []int64 {
+	if s == nil {
+		return nil
+	}
+	return s.seqs
+}
+
+// acked maps each asset of the settlement being written to the highest
+// asset_seq of it the broker acked (nil settlement: empty).
+func (s *settlement) acked() map[string]int64 {
+	out := map[string]int64{}
+	if s == nil {
+		return out
+	}
+	for _, i := range s.sent {
+		w := s.rows[i]
+		out[w.AssetKey()] = max(out[w.AssetKey()], w.AssetSeq)
+	}
+	return out
 }
 
 // inOrder keeps, per asset, only the claimed rows that can go out now: the
@@ -53,13 +112,7 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 // claimed again by a later cycle, in order. This is what makes the claim's
 // resume cursor safe (see outboxstore's claimSQL).
 func (r *Relay) inOrder(claimed []*row, inflight *settlement) []*row {
-	acked := map[string]int64{} // asset → highest asset_seq acked in flight
-	if inflight != nil {
-		for _, i := range inflight.sent {
-			w := inflight.rows[i]
-			acked[w.AssetKey()] = max(acked[w.AssetKey()], w.AssetSeq)
-		}
-	}
+	acked := inflight.acked()
 	blocked := map[string]bool{}
 	for _, w := range claimed {
 		// Set on each asset's first row of the claim (see outboxstore).

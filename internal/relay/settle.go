@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/service"
@@ -110,7 +111,7 @@ func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []se
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	charged, err := outboxstore.ChargeAttempts(qctx, r.pool, r.cfg.MemberID, charges, r.cfg.MaxAttempts, r.cfg.OperationsTopic)
+	charged, err := outboxstore.ChargeAttempts(qctx, r.pool, r.cfg.MemberID, charges, r.cfg.MaxAttempts, r.announce())
 	if err != nil {
 		return err
 	}
@@ -131,6 +132,15 @@ func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []se
 	return nil
 }
 
+// announce is how a parked row is announced (OperationsTopic "": not).
+func (r *Relay) announce() outboxstore.Announce {
+	if r.cfg.OperationsTopic == "" {
+		return outboxstore.Announce{}
+	}
+	return outboxstore.Announce{Topic: r.cfg.OperationsTopic, EventType: contract.OpOutboxFailed,
+		AssetPrefix: contract.OperationsAssetForTopic(""), Skip: contract.OperationTypes()}
+}
+
 func (r *Relay) park(ctx context.Context, rows []*row, idx []int, reason func(i int) string) {
 	parks := make([]outboxstore.Park, len(idx))
 	reasons := make([]string, len(idx))
@@ -140,7 +150,7 @@ func (r *Relay) park(ctx context.Context, rows []*row, idx []int, reason func(i 
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	if err := outboxstore.ParkRows(qctx, r.pool, r.cfg.MemberID, parks, r.cfg.OperationsTopic); err != nil {
+	if err := outboxstore.ParkRows(qctx, r.pool, r.cfg.MemberID, parks, r.announce()); err != nil {
 		r.log.ErrorContext(ctx, "park outbox rows", "error", err)
 		return
 	}
