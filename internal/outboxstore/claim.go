@@ -31,8 +31,8 @@ type Claimed struct {
 	// the batch (the same for every row of one claim).
 	Claimable int `db:"claimable"`
 	// PredecessorStatus is, on an asset's first row in the batch, the status
-	// of the asset's event just before it (nil elsewhere, and for an
-	// asset's first event).
+	// of the asset's event just before it (nil elsewhere, for an asset's
+	// first event, and when that event is in ClaimParams.Acked).
 	PredecessorStatus *string `db:"predecessor_status"`
 	// FloorSeq is the lowest seq still NEW in the claimed lanes above the
 	// scan's start (the same for every row of one claim); see claimSQL.
@@ -132,8 +132,11 @@ budget AS (
   SELECT c.*, sum(cost) OVER (ORDER BY seq) AS running, count(*) OVER () AS claimable FROM c
 ),
 batch AS (
-  SELECT * FROM budget
-  WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
+  SELECT b.*, a.asset_seq IS NOT NULL AS predecessor_acked
+  FROM budget b
+  LEFT JOIN unnest($10::text[], $11::bigint[]) AS a(asset_key, asset_seq)
+    ON a.asset_key = coalesce(b.asset_id, '') AND a.asset_seq = b.asset_seq - 1
+  WHERE b.running - b.cost < $8 -- the row starts within the byte budget (the first always does)
 )
 SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
@@ -150,8 +153,12 @@ SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        -- is gapless, so "the one before" is a point lookup on the unique
        -- (asset, asset_seq) index, whatever the table's history). A NEW
        -- predecessor that is not being settled means an earlier event of the
-       -- asset has not gone out yet, and the asset's rows wait.
-       CASE WHEN asset_seq > 1 AND row_number() OVER (PARTITION BY coalesce(asset_id, '') ORDER BY seq) = 1 THEN
+       -- asset has not gone out yet, and the asset's rows wait. A
+       -- predecessor the caller says the broker acked ($10/$11: the batch
+       -- being settled) is not looked up — whatever its status, the asset
+       -- may go on — which spares the drain a lookup per asset per batch.
+       CASE WHEN asset_seq > 1 AND NOT predecessor_acked
+                 AND row_number() OVER (PARTITION BY coalesce(asset_id, '') ORDER BY seq) = 1 THEN
          (SELECT p.status FROM bridge.outbox p
           WHERE coalesce(p.asset_id, '') = coalesce(batch.asset_id, '') AND p.asset_seq = batch.asset_seq - 1)
        END AS predecessor_status
@@ -169,6 +176,10 @@ type ClaimParams struct {
 	// Exclude are seqs of rows still being settled: they are NEW until the
 	// settlement is written and must not be claimed twice.
 	Exclude []int64
+	// Acked maps an asset key to the highest asset_seq of it the broker
+	// acked in the batch still being settled: its successor needs no
+	// predecessor lookup.
+	Acked map[string]int64
 	// MaxPayloadBytes: a larger payload is not returned (only its size).
 	MaxPayloadBytes int
 	// BatchBytes bounds the payload bytes one claim returns.
@@ -182,7 +193,13 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 	if exclude == nil {
 		exclude = []int64{}
 	}
-	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor)
+	ackedKeys := make([]string, 0, len(p.Acked))
+	ackedSeqs := make([]int64, 0, len(p.Acked))
+	for k, n := range p.Acked {
+		ackedKeys, ackedSeqs = append(ackedKeys, k), append(ackedSeqs, n)
+	}
+	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor,
+		ackedKeys, ackedSeqs)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}
