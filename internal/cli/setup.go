@@ -49,7 +49,14 @@ func openCurrentDB(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, erro
 // withDB runs f with the configuration and the migrated database, for the
 // short-lived operator commands.
 func withDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
-	cfg, err := loadConfig(config.Needs{Database: true})
+	return withDBNeeds(ctx, config.Needs{Database: true}, f)
+}
+
+// withDBNeeds is withDB for a command that needs more than the database
+// (needs.Database is implied).
+func withDBNeeds(ctx context.Context, needs config.Needs, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
+	needs.Database = true
+	cfg, err := loadConfig(needs)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -137,6 +138,7 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 				"CONSUMER_TOPICS=" + kafkatest.TopicName(t),
 				"CONSUMER_GROUP=" + kafkatest.TopicName(t),
 				"LOG_FORMAT=json",
+				"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

@@ -30,7 +30,7 @@ var bridgeCommands = map[string]config.Needs{
 	"migrate": {Database: true},
 	"relay":   {Database: true, Kafka: true},
 	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true},
+	"deliver": {Database: true, Secrets: true},
 }
 
 // required are the variables each bridge service must set itself (the
@@ -39,7 +39,7 @@ var required = map[string][]string{
 	"migrate": {"DATABASE_URL"},
 	"relay":   {"DATABASE_URL", "KAFKA_BROKERS"},
 	"consume": {"DATABASE_URL", "KAFKA_BROKERS", "CONSUMER_TOPICS"},
-	"deliver": {"DATABASE_URL"},
+	"deliver": {"DATABASE_URL", "BRIDGE_SECRET_KEYS"},
 }
 
 // load reads docker-compose.yml as `docker compose` would, interpolating

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 )
 
 // Pipeline is one fault run's world: a database, brokers, the bridge
@@ -157,7 +158,9 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		// process must not give up on a dependency the test is still bringing
 		// back (a consumer exited after 2 minutes of a slow broker restart).
 		"DATABASE_CONNECT_TIMEOUT=6m",
-		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
+		// Signing secrets sealed as in production (and opened by every
+		// deliverer across its restarts).
+		"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
 	}, cfg.ExtraEnv...)
 
 	if out, err := p.Cmd("migrate").CombinedOutput(); err != nil {
