@@ -110,6 +110,24 @@ ALTER TABLE bridge.outbox SET (
   autovacuum_vacuum_threshold = 1000,
   autovacuum_analyze_scale_factor = 0.02);
 
+-- A topic name Kafka refuses would commit with the application's change and
+-- then never be produced (parked FAILED long after, where nobody who could fix
+-- it is looking), so bridge.enqueue refuses it in the caller's transaction.
+-- What is wrong with a topic name, or NULL when Kafka accepts it: 1 to 249
+-- characters of ASCII letters, digits, '.', '_' and '-', not '.' or '..'
+-- (Kafka's rules), and not starting with '__' (Kafka's internal topics, such
+-- as __consumer_offsets). outbox.Enqueue applies the same rules in Go.
+CREATE FUNCTION bridge.topic_name_problem(topic text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+    WHEN topic IS NULL OR topic = '' THEN 'it must not be empty'
+    WHEN length(topic) > 249 THEN 'it is ' || length(topic) || ' characters long; at most 249 are allowed'
+    WHEN topic IN ('.', '..') THEN '''.'' and ''..'' are not allowed'
+    WHEN topic !~ '^[a-zA-Z0-9._-]+$' THEN 'only ASCII letters, digits, ''.'', ''_'' and ''-'' are allowed'
+    WHEN starts_with(topic, '__') THEN 'names starting with ''__'' are reserved for Kafka''s internal topics'
+  END
+$$;
+
 -- bridge.enqueue: call it inside your own transaction; returns the dedup id.
 -- Bad input fails the call (and the caller's transaction decides what to do),
 -- except a malformed traceparent, which is dropped with a WARNING: losing a
@@ -131,9 +149,17 @@ DECLARE
   v_id uuid;
   v_traceparent text := traceparent;
   v_tracestate text := tracestate;
+  v_problem text;
 BEGIN
   IF topic IS NULL OR btrim(topic) = '' THEN
     RAISE EXCEPTION 'bridge.enqueue: topic must not be empty' USING ERRCODE = '22023';
+  END IF;
+  -- A row whose topic Kafka refuses can never be sent: refuse it here, in
+  -- the writer's transaction, rather than park it later.
+  v_problem := bridge.topic_name_problem(topic);
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION 'bridge.enqueue: topic % is not a valid Kafka topic name: %', quote_literal(left(topic, 300)), v_problem
+      USING ERRCODE = '22023';
   END IF;
   IF event_type IS NULL OR btrim(event_type) = '' THEN
     RAISE EXCEPTION 'bridge.enqueue: event_type must not be empty' USING ERRCODE = '22023';

@@ -28,6 +28,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -93,7 +94,7 @@ func (e Event) validate() error {
 // application's change and can never be sent: the relay parks it later, far
 // from the code that wrote it. The rules are Kafka's (1–249 characters of
 // [a-zA-Z0-9._-], not "." or ".."), plus its internal prefix "__"; the SQL
-// function bridge.topic_name_problem (migration 00030) is the same check
+// function bridge.topic_name_problem (the baseline migration) is the same check
 // for callers of bridge.enqueue, and its messages match these.
 func topicProblem(topic string) string {
 	switch {
@@ -157,7 +158,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, 
 	if len(lockOrder) > 1 {
 		// Pre-lock every asset counter in sorted order (creating missing ones
 		// without advancing them), then write the events in caller order.
-		b.Queue(lockCountersSQL, lockOrder)
+		b.Queue(outboxstore.LockCountersSQL, lockOrder)
 	}
 	for _, ev := range events {
 		args, err := enqueueArgs(ctx, ev)
@@ -184,18 +185,6 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, 
 	}
 	return ids, nil
 }
-
-// lockCountersSQL locks every asset counter of the batch in sorted key order,
-// creating missing ones at 0, in one statement: INSERT … SELECT … ORDER BY
-// processes rows in that order, and ON CONFLICT DO UPDATE locks an existing
-// row just as the insert locks a new one. bridge.enqueue then finds the
-// counters already locked by this transaction. (Inserting the missing rows
-// and locking the existing ones in two steps would lock out of order and
-// deadlock against a batch doing the same in reverse.)
-const lockCountersSQL = `
-INSERT INTO bridge.asset_counters AS c (asset_key, last_asset_seq)
-SELECT k, 0 FROM unnest($1::text[]) AS k ORDER BY k
-ON CONFLICT (asset_key) DO UPDATE SET last_asset_seq = c.last_asset_seq`
 
 func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
 	headers := ev.Headers

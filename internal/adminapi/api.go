@@ -19,6 +19,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/keyring"
+	"github.com/outboxbridge/bridge/internal/opsserver"
 )
 
 // Config configures the API.
@@ -258,34 +259,15 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (a *adminAPI) handle(f handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &opsserver.StatusRecorder{ResponseWriter: w}
 		err := f(rec, r)
 		if err != nil {
 			a.writeError(rec, r, err)
 		}
-		if r.Method != http.MethodGet && rec.status < 500 {
-			a.log.InfoContext(r.Context(), "admin API request", "method", r.Method, "path", r.URL.Path, "status", rec.status)
+		if r.Method != http.MethodGet && rec.Status < 500 {
+			a.log.InfoContext(r.Context(), "admin API request", "method", r.Method, "path", r.URL.Path, "status", rec.Status)
 		}
 	})
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(status int) {
-	if s.status == 0 {
-		s.status = status
-	}
-	s.ResponseWriter.WriteHeader(status)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
 }
 
 // apiError is an answer other than success.

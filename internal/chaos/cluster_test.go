@@ -95,6 +95,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	sctx, stopSampling := context.WithCancel(context.Background())
 	defer stopSampling()
 	go p.Sample(sctx, 200*time.Millisecond)
+	p.WaitSettled(2 * time.Minute)
 
 	load := 30 * time.Second
 	if long() {
@@ -174,6 +175,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	sctx, stopSampling := context.WithCancel(context.Background())
 	defer stopSampling()
 	go p.Sample(sctx, 200*time.Millisecond)
+	p.WaitSettled(2 * time.Minute)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -38,6 +38,7 @@ func TestPostgresFailover(t *testing.T) {
 	sctx, stopSampling := context.WithCancel(context.Background())
 	defer stopSampling()
 	go p.Sample(sctx, 200*time.Millisecond)
+	p.WaitSettled(2 * time.Minute)
 
 	load := 30 * time.Second
 	if long() {

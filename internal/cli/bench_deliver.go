@@ -47,7 +47,8 @@ answer 500 to everything or take --slow-delay per answer (isolation): the
 rates, order checks and latencies are then the healthy subscriptions'.
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
-WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
+WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is
+allowed for the receiver.`,
 		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench deliver --subscriptions 10 --assets 100 --events 100000
   bridge bench deliver --events 20000 --live-events 5000 --live-rate 1000 -o json
@@ -63,7 +64,7 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 	rate := c.Flags().Int("live-rate", 500, "live deliveries per second")
 	workers := c.Flags().Int("workers", 0, "WEBHOOK_WORKERS override")
 	maxInFlight := c.Flags().Int("max-in-flight", 0, "WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION override")
-	claimLoops := c.Flags().Int("claim-loops", 0, "claim loops per deliverer (default 2)")
+	claimLoops := c.Flags().Int("claim-loops", 0, "WEBHOOK_CLAIM_LOOPS override")
 	replicas := c.Flags().Int("replicas", 1, "deliverers running at once, each with its own pool and id")
 	failing := c.Flags().Int("failing-subscriptions", 0, "subscriptions whose endpoint answers 500 to everything")
 	slow := c.Flags().Int("slow-subscriptions", 0, "subscriptions whose endpoint takes --slow-delay per answer")
@@ -98,7 +99,9 @@ WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is allowed for the receiver.`,
 		if *maxInFlight > 0 {
 			dc.MaxInFlightPerSubscription = *maxInFlight
 		}
-		dc.ClaimLoops = *claimLoops
+		if *claimLoops > 0 {
+			dc.ClaimLoops = *claimLoops
+		}
 		ctx := cmd.Context()
 		pool, drop, err := scratchDatabase(ctx, cfg, *conns)
 		if err != nil {

@@ -101,7 +101,8 @@ func newDeliveriesListCmd() *cobra.Command {
 	return c
 }
 
-// shellQuote quotes s for a POSIX shell when it needs it ('' for empty).
+// shellQuote quotes s for a POSIX shell when it needs it (an empty s becomes
+// two single quotes).
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/=@%+,", r))

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -20,24 +19,6 @@ import (
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
-
-// lockedBuffer is a log sink a test can read while the process writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // freeAddr returns a loopback address nothing listens on (yet).
 func freeAddr(t *testing.T) string {
@@ -144,7 +125,7 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bridgeBinary(t), tc.command)
 			cmd.Env = env
-			logs := &lockedBuffer{}
+			logs := &testkit.LogBuffer{}
 			cmd.Stdout, cmd.Stderr = logs, logs
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -315,8 +315,16 @@ type Consumer struct {
 	// group.min.session.timeout.ms and group.max.session.timeout.ms (6s and
 	// 30m by default). Classic protocol only: with
 	// CONSUMER_GROUP_PROTOCOL=consumer the broker's
-	// group.consumer.session.timeout.ms decides (45s by default). Default 10s.
-	SessionTimeout time.Duration `env:"CONSUMER_SESSION_TIMEOUT" envDefault:"10s"`
+	// group.consumer.session.timeout.ms decides (45s by default). Shorter
+	// is not free: a live member whose heartbeats stall this long (CPU
+	// starvation, a paused VM, a network blip) is evicted and its group
+	// rebalances (its uncommitted batch is read again and dropped by the
+	// inbox). Measured, a SIGKILLed member's partitions move after 6.0–6.8s
+	// with 6s (the broker's minimum) and up to 9.1s with 7s under load 40,
+	// so 6s keeps the stall within 10s on a loaded machine (10s gave
+	// 10.4–11.6s). Raise it where members can be starved of CPU for
+	// seconds. Default 6s.
+	SessionTimeout time.Duration `env:"CONSUMER_SESSION_TIMEOUT" envDefault:"6s"`
 	// CONSUMER_REBALANCE_TIMEOUT: how long members may take to rejoin once a
 	// rebalance began. The batch in flight holds the rebalance until it is
 	// committed, so it must finish within this; a member that does not is
@@ -388,11 +396,20 @@ type Webhook struct {
 	// WEBHOOK_SECRET_GRACE: how long a rotated-out secret keeps signing.
 	// Default 24h.
 	SecretGrace time.Duration `env:"WEBHOOK_SECRET_GRACE" envDefault:"24h"`
-	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: concurrent requests to one
-	// subscription. Default 8.
-	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"8"`
-	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 32.
-	Workers int `env:"WEBHOOK_WORKERS" envDefault:"32"`
+	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: deliveries of one subscription
+	// in flight at once (sending, or waiting for their outcome to be
+	// written). Default 32.
+	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"32"`
+	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 128.
+	Workers int `env:"WEBHOOK_WORKERS" envDefault:"128"`
+	// WEBHOOK_CLAIM_LOOPS: claim statements one deliverer may run at once,
+	// each for its own share of the subscriptions. Default 4.
+	ClaimLoops int `env:"WEBHOOK_CLAIM_LOOPS" envDefault:"4"`
+	// WEBHOOK_CLAIM_BYTES: payload bytes one deliverer holds at most
+	// (claimed, in a request or waiting for its outcome; a claim always takes
+	// at least one row), so memory is bounded by bytes, not by rows. Default
+	// 16777216 (16 MiB).
+	ClaimBytes int `env:"WEBHOOK_CLAIM_BYTES" envDefault:"16777216"`
 	// WEBHOOK_POLL_INTERVAL: fallback poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration `env:"WEBHOOK_POLL_INTERVAL" envDefault:"1s"`
 	// WEBHOOK_SHUTDOWN_GRACE: on SIGTERM, how long requests in flight may
@@ -443,6 +460,10 @@ func (c Webhook) validate() error {
 		return fieldError("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", fmt.Sprint(c.MaxInFlightPerSubscription), "must be at least 1")
 	case c.Workers < 1:
 		return fieldError("WEBHOOK_WORKERS", fmt.Sprint(c.Workers), "must be at least 1")
+	case c.ClaimLoops < 1 || c.ClaimLoops > 64:
+		return fieldError("WEBHOOK_CLAIM_LOOPS", fmt.Sprint(c.ClaimLoops), "must be between 1 and 64")
+	case c.ClaimBytes < 1:
+		return fieldError("WEBHOOK_CLAIM_BYTES", fmt.Sprint(c.ClaimBytes), "must be at least 1")
 	case c.PollInterval <= 0:
 		return fieldError("WEBHOOK_POLL_INTERVAL", c.PollInterval.String(), "must be positive")
 	case c.ShutdownGrace <= 0:

@@ -98,6 +98,8 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"WEBHOOK_RETRY_SCHEDULE", "5s,banana", config.Needs{}, "banana"},
 		{"WEBHOOK_RETRY_SCHEDULE", "5s,-1s", config.Needs{}, "negative"},
 		{"WEBHOOK_ALLOWED_CIDRS", "notacidr", config.Needs{}, "not a CIDR"},
+		{"WEBHOOK_CLAIM_LOOPS", "0", config.Needs{}, "between 1 and 64"},
+		{"WEBHOOK_CLAIM_BYTES", "0", config.Needs{}, "at least 1"},
 		{"WEBHOOK_ALLOWED_CIDRS", "10.0.0.0/8,300.1.1.1/8", config.Needs{}, "not a CIDR"},
 		{"WEBHOOK_ALLOW_HTTP", "maybe", config.Needs{}, "bool"},
 		{"LOG_FORMAT", "xml", config.Needs{}, "text or json"},
@@ -219,6 +221,8 @@ func TestLoadDefaults(t *testing.T) {
 		"WEBHOOK_SECRET_GRACE":                   cfg.Webhook.SecretGrace,
 		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": cfg.Webhook.MaxInFlightPerSubscription,
 		"WEBHOOK_WORKERS":                        cfg.Webhook.Workers,
+		"WEBHOOK_CLAIM_LOOPS":                    cfg.Webhook.ClaimLoops,
+		"WEBHOOK_CLAIM_BYTES":                    cfg.Webhook.ClaimBytes,
 		"WEBHOOK_POLL_INTERVAL":                  cfg.Webhook.PollInterval,
 	}
 	want := map[string]any{
@@ -245,7 +249,7 @@ func TestLoadDefaults(t *testing.T) {
 		"CONSUMER_GROUP":                         "outbox-bridge",
 		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
 		"CONSUMER_MAX_POLL_RECORDS":              500,
-		"CONSUMER_SESSION_TIMEOUT":               10 * time.Second,
+		"CONSUMER_SESSION_TIMEOUT":               6 * time.Second,
 		"CONSUMER_REBALANCE_TIMEOUT":             30 * time.Second,
 		"CONSUMER_INSTANCE_ID":                   "",
 		"CONSUMER_GROUP_PROTOCOL":                "classic",
@@ -255,8 +259,10 @@ func TestLoadDefaults(t *testing.T) {
 		"WEBHOOK_LEASE":                          60 * time.Second,
 		"WEBHOOK_ALLOW_HTTP":                     false,
 		"WEBHOOK_SECRET_GRACE":                   24 * time.Hour,
-		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 8,
-		"WEBHOOK_WORKERS":                        32,
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 32,
+		"WEBHOOK_WORKERS":                        128,
+		"WEBHOOK_CLAIM_LOOPS":                    4,
+		"WEBHOOK_CLAIM_BYTES":                    16777216,
 		"WEBHOOK_POLL_INTERVAL":                  time.Second,
 	}
 	for name, w := range want {

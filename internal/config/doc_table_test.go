@@ -175,7 +175,7 @@ func TestDocumentedDefaultMismatchesCatchesAStaleComment(t *testing.T) {
 type Config struct {
 	// Records per poll (CONSUMER_MAX_POLL_RECORDS). Default 400.
 	MaxPollRecords int
-	// Session (CONSUMER_SESSION_TIMEOUT). Default 10000ms.
+	// Session (CONSUMER_SESSION_TIMEOUT). Default 6000ms.
 	SessionTimeout int
 	// Group (CONSUMER_GROUP). Default "outbox-bridge".
 	Group string

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,24 +108,6 @@ type authCounter struct{ n *atomic.Int64 }
 
 func (a authCounter) AuthFailure() { a.n.Add(1) }
 
-// lockedBuffer collects the console's log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestConsoleInBrowser drives the console in a real headless Chromium
 // against a real ops server, PostgreSQL, Kafka and Jaeger, with a relay, a
 // consumer and a deliverer running in the test process: sign-in (wrong and
@@ -168,7 +149,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer recv.Close()
 
 	// The bridge's ops server with the admin API and the console.
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	var authFailures atomic.Int64
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
 	ops := opsserver.New(opsserver.Config{Addr: "127.0.0.1:0", Logger: logger})

@@ -27,6 +27,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/keyring"
+	"github.com/outboxbridge/bridge/internal/opsserver"
 )
 
 //go:embed templates/*.html
@@ -320,30 +321,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.sampler.viewed()
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, s))
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &opsserver.StatusRecorder{ResponseWriter: w}
 	c.mux.ServeHTTP(rec, r)
 	if r.Method == http.MethodPost {
-		c.log.InfoContext(r.Context(), "console request", "method", r.Method, "path", r.URL.Path, "status", rec.status)
+		c.log.InfoContext(r.Context(), "console request", "method", r.Method, "path", r.URL.Path, "status", rec.Status)
 	}
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(status int) {
-	if s.status == 0 {
-		s.status = status
-	}
-	s.ResponseWriter.WriteHeader(status)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
 }
 
 func (c *Console) routes() {

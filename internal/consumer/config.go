@@ -33,7 +33,7 @@ type Config struct {
 	MaxPollRecords int
 	// SessionTimeout: how long the coordinator keeps a member that stopped
 	// heartbeating before its partitions move (CONSUMER_SESSION_TIMEOUT):
-	// the stall after a consumer is SIGKILLed. Default 10s. Members
+	// the stall after a consumer is SIGKILLed. Default 6s. Members
 	// heartbeat every tenth of it, so the survivors hear of the rebalance
 	// within a second of the dead member's expiry, not after franz-go's 3s.
 	SessionTimeout time.Duration

@@ -1,10 +1,10 @@
 package consumer
 
 import (
-	"os"
 	"testing"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // TestDocumentedDefaultsAreTheEnvDefaults: every default this package's
@@ -12,17 +12,7 @@ import (
 // envDefault, and withDefaults applies exactly those.
 func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("config.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := config.DocumentedDefaultMismatches("config.go", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
+	testkit.DocumentedDefaults(t, "config.go")
 	got, want := Config{}.withDefaults(), ConfigFromEnv(config.Defaults().Consumer)
 	if got.Group != want.Group || got.DedupWindow != want.DedupWindow || got.MaxPollRecords != want.MaxPollRecords ||
 		got.SessionTimeout != want.SessionTimeout || got.RebalanceTimeout != want.RebalanceTimeout || got.GroupProtocol != want.GroupProtocol {

@@ -37,3 +37,7 @@ WITH old AS (
   FOR UPDATE SKIP LOCKED
 )
 DELETE FROM bridge.consumer_inbox i USING old WHERE i.dedup_id = old.dedup_id`
+
+// deleteTopicInbox removes the inbox rows of one topic (the demo's run topic,
+// once the run is over: nothing will redeliver it).
+const deleteTopicInbox = `DELETE FROM bridge.consumer_inbox WHERE topic = $1`

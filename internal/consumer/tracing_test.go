@@ -1,12 +1,10 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,24 +35,6 @@ func withTrace(r *kgo.Record, traceparent, tracestate string) *kgo.Record {
 	return r
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 	t.Parallel()
 	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
@@ -64,7 +44,7 @@ func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 		rec := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		logs := &syncBuffer{}
+		logs := &testkit.LogBuffer{}
 
 		good := withTrace(b.record("asset-1", "order.created", 1, `{}`), parentTP, "vendor=1")
 		bad := withTrace(b.record("asset-1", "order.created", 2, `not json`), parentTP, "")

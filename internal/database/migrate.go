@@ -42,6 +42,13 @@ var ErrSchemaUnknown = errors.New("database schema was not created by this build
 // release). A database that has one of them applied has no upgrade path.
 const lastFoldedVersion = 7
 
+// foldedIntoBaseline are later development migrations whose effect the
+// baseline now creates itself (00030: bridge.enqueue refusing topic names
+// Kafka refuses). A database that recorded one of them has its effect already,
+// so it is known; a database whose baseline predates one and never applied it
+// lacks its effect, and checkKnown refuses it (see baselineIsCurrent).
+var foldedIntoBaseline = []int64{30}
+
 // MigrationResult reports what Migrate did.
 type MigrationResult struct {
 	From, To int64
@@ -123,18 +130,21 @@ func checkKnown(ctx context.Context, pool *pgxpool.Pool) error {
 		case v > latest:
 		case v >= 2 && v <= lastFoldedVersion:
 			folded = v
-		case !slices.Contains(known, v):
+		case !slices.Contains(known, v) && !slices.Contains(foldedIntoBaseline, v):
 			unknown = v
 		}
 	}
 	if folded == 0 && slices.Contains(applied, 1) {
-		// Version 1 alone may be the development 00001, which created the
-		// outbox only: the baseline's relay lanes tell the two apart.
-		var baseline bool
-		if err := pool.QueryRow(ctx, `SELECT to_regclass('bridge.relay_lanes') IS NOT NULL`).Scan(&baseline); err != nil {
+		// Version 1 may be the development 00001, which created the outbox
+		// only (the baseline's relay lanes tell the two apart), or a baseline
+		// from before a later migration was folded into it that never
+		// applied that migration (its topic check is missing).
+		var lanes, topicCheck bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('bridge.relay_lanes') IS NOT NULL,
+			to_regprocedure('bridge.topic_name_problem(text)') IS NOT NULL`).Scan(&lanes, &topicCheck); err != nil {
 			return fmt.Errorf("read schema version: %w", err)
 		}
-		if !baseline {
+		if !lanes || !topicCheck {
 			folded = 1
 		}
 	}

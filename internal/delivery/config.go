@@ -47,15 +47,24 @@ type Config struct {
 	// Default 60s, or twice Timeout when that is longer.
 	Lease time.Duration
 	// Workers: concurrent HTTP requests in total (WEBHOOK_WORKERS). Default
-	// 32.
+	// 128.
 	Workers int
 	// MaxInFlightPerSubscription bounds one subscription's share of the
 	// workers, so a slow endpoint cannot occupy them all
-	// (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). Default 8.
+	// (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). Default 32. It counts a
+	// delivery until its outcome is written, not only while its request
+	// runs.
 	MaxInFlightPerSubscription int
 	// ClaimLoops: claim statements that may run at once, each for its own
-	// share of the subscriptions (by a hash of the id). Default 2.
+	// share of the subscriptions (by a hash of the id) (WEBHOOK_CLAIM_LOOPS).
+	// Default 4.
 	ClaimLoops int
+	// ClaimBytes: payload bytes held at most — claimed, in a request or
+	// waiting for the outcome to be written. A claim takes rows while the
+	// budget left is not used up, and at least one, so a payload larger than
+	// the budget is still delivered, alone (WEBHOOK_CLAIM_BYTES). Default
+	// 16777216.
+	ClaimBytes int
 	// PollInterval: claim this often even without a NOTIFY (retries that come
 	// due, missed notifications) (WEBHOOK_POLL_INTERVAL). Default 1s.
 	PollInterval time.Duration
@@ -129,6 +138,8 @@ func ConfigFromEnv(c config.Webhook) (Config, error) {
 		Lease:                      c.Lease,
 		Workers:                    c.Workers,
 		MaxInFlightPerSubscription: c.MaxInFlightPerSubscription,
+		ClaimLoops:                 c.ClaimLoops,
+		ClaimBytes:                 c.ClaimBytes,
 		PollInterval:               c.PollInterval,
 		ShutdownGrace:              c.ShutdownGrace,
 		Retention:                  c.Retention,
@@ -147,7 +158,8 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, d.Workers)
 	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, d.MaxInFlightPerSubscription)
 	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
-	c.ClaimLoops = cmp.Or(c.ClaimLoops, 2)
+	c.ClaimLoops = cmp.Or(c.ClaimLoops, d.ClaimLoops)
+	c.ClaimBytes = cmp.Or(c.ClaimBytes, d.ClaimBytes)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, min(c.Lease/4, 15*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, d.ShutdownGrace)
 	c.Retention = cmp.Or(c.Retention, d.Retention)

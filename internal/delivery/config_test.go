@@ -1,11 +1,11 @@
 package delivery
 
 import (
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // TestDocumentedDefaultsAreTheEnvDefaults: every default this package's
@@ -13,17 +13,7 @@ import (
 // withDefaults applies exactly those.
 func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("config.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := config.DocumentedDefaultMismatches("config.go", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
+	testkit.DocumentedDefaults(t, "config.go")
 	want, err := ConfigFromEnv(config.Defaults().Webhook)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +21,7 @@ func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	got := Config{}.withDefaults()
 	if !slices.Equal(got.RetrySchedule, want.RetrySchedule) || got.DisableAfter != want.DisableAfter || got.Timeout != want.Timeout ||
 		got.Lease != want.Lease || got.Workers != want.Workers || got.MaxInFlightPerSubscription != want.MaxInFlightPerSubscription ||
-		got.PollInterval != want.PollInterval || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
+		got.PollInterval != want.PollInterval || got.ClaimLoops != want.ClaimLoops || got.ClaimBytes != want.ClaimBytes || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
 		t.Errorf("withDefaults %+v, environment defaults %+v", got, want)
 	}
 }

@@ -46,6 +46,9 @@ type Deliverer struct {
 	// inFlight counts claims out: queued, in a request, or waiting for
 	// their outcome to be written.
 	inFlight atomic.Int64
+	// bytesOut is the payload bytes of those claims: bounded by ClaimBytes
+	// (plus at most one payload per claim loop), whatever the payload sizes.
+	bytesOut atomic.Int64
 	running  atomic.Bool
 	// starved is set when a claim loop found no free slot; whoever gives
 	// slots back then wakes the loops (see reserve).
@@ -155,15 +158,16 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
 
-	jobs := make(chan store.Claim, d.capacity())
+	// Room for every claim out: capacity, plus the slots lent by slow
+	// requests (at most one per worker, see sendLending).
+	jobs := make(chan store.Claim, d.capacity()+d.cfg.Workers)
 	results := make(chan recorded, d.capacity())
 	var workers, recorder, loops sync.WaitGroup
 	for range d.cfg.Workers {
 		workers.Go(func() {
 			for c := range jobs {
 				if !d.process(ctx, reqCtx, c, results) {
-					d.inFlight.Add(-1)
-					d.poke()
+					d.done(1, int64(c.PayloadBytes))
 				}
 			}
 		})
@@ -254,6 +258,26 @@ func (d *Deliverer) reserve(n int) int {
 	}
 }
 
+// reserveBytes takes a share of the payload bytes left of ClaimBytes for
+// one claim: 1/ClaimLoops of what is left, so loops claiming at once never
+// hold more than ClaimBytes together, plus at most one payload each (a
+// claim returns its first row whatever its size). 0 means the budget is
+// spent: the loop claims nothing until outcomes give bytes back (they poke).
+func (d *Deliverer) reserveBytes() int64 {
+	for {
+		out := d.bytesOut.Load()
+		left := int64(d.cfg.ClaimBytes) - out
+		if left <= 0 {
+			d.starved.Store(true)
+			return 0
+		}
+		take := max(1, left/int64(d.cfg.ClaimLoops))
+		if d.bytesOut.CompareAndSwap(out, out+take) {
+			return take
+		}
+	}
+}
+
 // claimLoop claims for its share of the subscriptions (loop of ClaimLoops)
 // whenever a notification, a written outcome, a reclaim or the poll tick
 // says there may be work. Several loops claim at once, each for different
@@ -273,29 +297,50 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 	// 8.6 rows for 30,000 deliveries. Unless a quarter of the slots are free
 	// (a light load: claim at once, latency first), a loop claims at most
 	// every claimLinger.
+	//
+	// A claim that found little (fewer than minClaim rows) also makes the
+	// next one wait: with several replicas the per-subscription cap, not
+	// this process's slots, is what binds, so slots stayed free and every
+	// written outcome set off a claim of the one or two rows freed by it —
+	// 25,000 claims of ~1 row for 30,000 deliveries with 3 replicas, slower
+	// together than one alone. Under a light load this costs a delivery at
+	// most claimLinger of latency.
 	minClaim := max(1, d.capacity()/4)
 	var last time.Time
-	failures := 0
+	failures, contendedEmpty := 0, 0
+	lean := false
 	for {
-		if free := d.capacity() - int(d.inFlight.Load()); free > 0 && free < minClaim {
+		if free := d.capacity() - int(d.inFlight.Load()); free > 0 && (free < minClaim || lean) {
 			if wait := claimLinger - time.Since(last); wait > 0 && !service.Sleep(ctx, wait) {
 				return
 			}
 		}
 		last = time.Now()
 		want := d.reserve(share)
+		var budget int64
+		if want > 0 {
+			if budget = d.reserveBytes(); budget == 0 {
+				d.inFlight.Add(-int64(want))
+				want = 0
+			}
+		}
 		full, soon := false, false
 		if want > 0 {
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			began := time.Now()
 			claims, contended, err := d.store.ClaimShare(qctx, store.ClaimParams{
 				ClaimedBy: d.cfg.ID, Limit: want, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
-				Loops: d.cfg.ClaimLoops, Loop: loop,
+				Loops: d.cfg.ClaimLoops, Loop: loop, Bytes: int(budget),
 			})
 			cancel()
 			d.stats.claims.Add(1)
 			d.stats.claimed.Add(int64(len(claims)))
 			d.stats.claimNanos.Add(int64(time.Since(began)))
+			var got int64
+			for _, c := range claims {
+				got += int64(c.PayloadBytes)
+			}
+			d.bytesOut.Add(got - budget) // what the claim took, not what it might have
 			if unused := want - len(claims); unused > 0 {
 				// Slots another loop may have found taken while this one
 				// held them: without the poke it would wait for the tick.
@@ -316,10 +361,18 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 					jobs <- c // never blocks: at most capacity claims are out
 				}
 				full = len(claims) == want
+				lean = len(claims) < minClaim
 				// Another replica's claim is serving some of these
-				// subscriptions right now: look again shortly rather than
-				// at the next tick.
-				soon = contended > 0 && len(claims) == 0
+				// subscriptions right now: look again soon rather than at
+				// the next tick, backing off while it stays so (5, 10, 20,
+				// 40, 80 ms) — that replica is claiming for them, and
+				// retrying every 5 ms only split their freed slots into
+				// ever smaller claims.
+				if soon = contended > 0 && len(claims) == 0; soon {
+					contendedEmpty++
+				} else {
+					contendedEmpty = 0
+				}
 			}
 		}
 		if full {
@@ -327,7 +380,7 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		}
 		var again <-chan time.Time
 		if soon {
-			again = time.After(5 * time.Millisecond)
+			again = time.After(claimLinger << min(contendedEmpty-1, 4))
 		}
 		select {
 		case <-ctx.Done():
@@ -394,7 +447,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 		d.release(bctx, log, &c)
 		return false
 	}
-	res := send(reqCtx, d.client, &c, d.cfg.Timeout, time.Now())
+	res := d.sendLending(reqCtx, &c)
 	if !res.success() && res.status == 0 && reqCtx.Err() != nil {
 		// Cancelled by shutdown after the grace period: the endpoint did not
 		// fail, the deploy interrupted it.
@@ -437,6 +490,38 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 	return true
 }
 
+// slowRequest is how long a request runs before it lends its claim slot
+// back (sendLending).
+const slowRequest = 250 * time.Millisecond
+
+// sendLending sends c; while the request runs longer than slowRequest its
+// claim slot is lent back to the claim loops. Without it an endpoint taking
+// 5 s per answer held its subscription's whole cap of slots out of the
+// deliverer's capacity for the whole time, and the other subscriptions —
+// whose claims are bounded by that capacity — lost as much throughput (42%
+// with 8 of 64 slots held on a busy machine). The subscription itself gains
+// nothing from it: its cap counts its deliveries in flight in the database,
+// not these slots. What bounds the deliverer is then the workers: a lent
+// slot's request still runs on one, so at most Workers slots are lent, and
+// the jobs queue has room for them.
+func (d *Deliverer) sendLending(ctx context.Context, c *store.Claim) result {
+	var lent atomic.Bool
+	t := time.AfterFunc(slowRequest, func() {
+		if lent.CompareAndSwap(false, true) {
+			d.inFlight.Add(-1)
+			d.poke()
+		}
+	})
+	res := send(ctx, d.client, c, d.cfg.Timeout, time.Now())
+	t.Stop()
+	if !lent.CompareAndSwap(false, true) {
+		// It was lent: take the slot back, so that writing the outcome
+		// gives back exactly one.
+		d.inFlight.Add(1)
+	}
+	return res
+}
+
 // maxRecordBatch bounds one outcome transaction.
 const maxRecordBatch = 512
 
@@ -463,9 +548,20 @@ func (d *Deliverer) recordLoop(in <-chan recorded) {
 			}
 		}
 		d.record(batch)
-		d.inFlight.Add(-int64(len(batch)))
-		d.poke()
+		var bytes int64
+		for _, r := range batch {
+			bytes += int64(r.res.Claim.PayloadBytes)
+		}
+		d.done(len(batch), bytes)
 	}
+}
+
+// done gives back the slots and bytes of n claims whose outcome is written
+// (or that were released), and wakes the claim loops.
+func (d *Deliverer) done(n int, bytes int64) {
+	d.inFlight.Add(-int64(n))
+	d.bytesOut.Add(-bytes)
+	d.poke()
 }
 
 // record writes one batch. A batch that cannot be written is not lost

@@ -1,18 +1,17 @@
 package delivery
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -112,7 +111,7 @@ func TestURLQueryNeverReachesLogsOrSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	rc := newReceiver(t, func(*received, int) int { return http.StatusInternalServerError })
 	sub := b.createSub(t, rc.URL+"/hooks/in?token="+token)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp,
@@ -170,23 +169,4 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
-}
-
-// syncBuffer is a log sink the deliverer's goroutines write while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
@@ -215,7 +216,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		if err := outboxstore.DeleteTopic(cctx, env.Pool, topic); err != nil {
 			log.Warn("demo rows left behind", "topic", topic, "error", err)
 		}
-		if _, err := env.Pool.Exec(cctx, deleteRunInboxSQL, topic); err != nil {
+		if err := consumer.ForgetTopic(cctx, env.Pool, topic); err != nil {
 			log.Warn("demo rows left behind", "topic", topic, "error", err)
 		}
 	}()

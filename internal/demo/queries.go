@@ -2,9 +2,9 @@ package demo
 
 // Every statement the demo runs itself (the pipeline's own live in its
 // packages; those over bridge.outbox in internal/outboxstore). They are
-// read-only except the cleanup: the demo writes only through outbox.Enqueue
-// and the subscription store, and reads its deliveries through the delivery
-// store.
+// read-only: the demo writes only through outbox.Enqueue, the subscription
+// store and each table owner's cleanup, and reads its deliveries through the
+// delivery store.
 
 // liveRelaysSQL lists relay replicas whose membership has not expired.
 const liveRelaysSQL = `
@@ -15,7 +15,3 @@ SELECT member_id, hostname, ceil(extract(epoch FROM expires_at - now()))::int
 
 // databaseExistsSQL: does the scratch database exist yet?
 const databaseExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
-
-// deleteRunInboxSQL removes a finished run's inbox rows (its topic is its
-// own); its outbox rows go through outboxstore.DeleteTopic.
-const deleteRunInboxSQL = `DELETE FROM bridge.consumer_inbox WHERE topic = $1`

@@ -7,7 +7,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/webhooktest"
 	"github.com/outboxbridge/bridge/outbox"
 )
@@ -51,7 +50,7 @@ type Pipeline struct {
 	RelayTP, ConsumerTP, DeliverTP trace.TracerProvider
 	// RelayLog and DeliverLog hold the relay's and the deliverer's logs
 	// (also written to the test output).
-	RelayLog, DeliverLog *LockedBuffer
+	RelayLog, DeliverLog *testkit.LogBuffer
 	Metrics              *metrics.Metrics // nil: none
 
 	ctx    context.Context
@@ -75,7 +74,7 @@ func New(t *testing.T, pc Config) *Pipeline {
 	p := &Pipeline{
 		T: t, DB: pgtest.New(t), Brokers: pc.Brokers, Topic: pc.Topic, Recv: NewReceiver(),
 		RelayTP: pc.RelayTP, ConsumerTP: pc.ConsumerTP, DeliverTP: pc.DeliverTP,
-		RelayLog: &LockedBuffer{}, DeliverLog: &LockedBuffer{}, Metrics: pc.Metrics,
+		RelayLog: &testkit.LogBuffer{}, DeliverLog: &testkit.LogBuffer{}, Metrics: pc.Metrics,
 	}
 	srv := httptest.NewServer(p.Recv)
 	t.Cleanup(srv.Close)
@@ -96,7 +95,7 @@ func New(t *testing.T, pc Config) *Pipeline {
 
 // logger writes text logs (with trace_id/span_id from ctx) to buf and to
 // the test output.
-func logger(t *testing.T, buf *LockedBuffer) *slog.Logger {
+func logger(t *testing.T, buf *testkit.LogBuffer) *slog.Logger {
 	return logging.New(io.MultiWriter(buf, t.Output()), "info", "text")
 }
 
@@ -262,38 +261,4 @@ func (r *Receiver) Traceparents(id string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.got[id]...)
-}
-
-// LockedBuffer is an io.Writer several goroutines log into.
-type LockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *LockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// LineWith returns the first line containing every one of subs.
-func (b *LockedBuffer) LineWith(subs ...string) (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-next:
-	for line := range strings.SplitSeq(b.buf.String(), "\n") {
-		for _, s := range subs {
-			if !strings.Contains(line, s) {
-				continue next
-			}
-		}
-		return line, true
-	}
-	return "", false
-}
-
-func (b *LockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,31 +13,15 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // runGroupClient joins a consumer group on a kfake cluster and produces a
 // record, which makes franz-go log its INFO lines (group management,
 // assignments), and returns what reached a LOG_LEVEL=info log.
 func runGroupClient(t *testing.T, kafkaLogLevel string) string {
 	t.Helper()
-	var logs lockedBuffer
+	var logs testkit.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	brokers := kafkatest.Fake(t).ListenAddrs()
 	opts, err := kafkaclient.Options(config.Kafka{Brokers: brokers, ClientID: "t", LogLevel: kafkaLogLevel}, logger)

@@ -34,6 +34,9 @@ type Claimed struct {
 	// of the asset's event just before it (nil elsewhere, and for an
 	// asset's first event).
 	PredecessorStatus *string `db:"predecessor_status"`
+	// FloorSeq is the lowest seq still NEW in the claimed lanes above the
+	// scan's start (the same for every row of one claim); see claimSQL.
+	FloorSeq int64 `db:"floor_seq"`
 }
 
 // AssetKey is the row's asset stream ("" for the null asset).
@@ -72,14 +75,23 @@ func (w *Claimed) AssetKey() string {
 // makes progress). The relay's memory is then bounded by RELAY_BATCH_BYTES,
 // not by RELAY_BATCH_SIZE times the largest payload.
 //
-// $4 is a resume cursor. Marking rows SENT leaves dead entries in the NEW
-// index until vacuum, and a scan from the lowest seq walks all of them: while
-// draining a large backlog every claim would cost more than the one before.
-// So while a drain is under way the claim resumes after the last seq it
-// claimed. Rows at or below the cursor that are still NEW (a transaction that
-// committed late, a row of a lane just taken over) are left for the next full
-// scan (cursor 0), which runs whenever the relay catches up and at least once
-// per poll interval. Their assets' later rows must wait for them: the claim
+// $4 is where the scan starts (rows with seq above it). Marking rows SENT
+// leaves dead entries in the NEW index until vacuum, and a scan from the
+// lowest seq walks all of them — and none can be removed while another
+// session holds a transaction open, so a scan from seq 0 grows with every row
+// marked since that transaction began. The relay therefore never scans from
+// 0 in steady state. It passes one of:
+//   - the resume cursor while a drain is under way: the last seq it claimed;
+//   - otherwise (it caught up, or a poll interval passed) its floor: every
+//     row of its lanes that is NEW, or will be once its transaction commits,
+//     has a seq above it. floor_seq (the lowest NEW seq of the lanes above
+//     $4, whatever its hold, retry time or exclusion) is what the relay
+//     keeps as the next floor. Rows that become NEW below the floor later (a
+//     transaction that committed late, a replay) lower it through their
+//     notification (migration 00090); a lane just taken over, or a lost
+//     LISTEN connection, resets it to 0.
+// Rows at or below the cursor that are still NEW are left for the next
+// floor scan. Their assets' later rows must wait for them: the claim
 // returns the status of every claimed asset's predecessor (below), and the
 // relay holds an asset whose predecessor is still NEW.
 const claimSQL = `
@@ -117,6 +129,12 @@ SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
        headers, coalesce(traceparent, '') AS traceparent, coalesce(tracestate, '') AS tracestate,
        attempts, created_at, replayed_at IS NOT NULL AS replayed, claimable,
+       -- ORDER BY … LIMIT 1, not min(): it stops at the first live entry
+       -- whatever the planner's estimates (an aggregate over the index
+       -- walks the whole backlog above $4)
+       (SELECT f.seq FROM bridge.outbox f
+        WHERE f.status = 'NEW' AND f.lane = ANY($1::int[]) AND f.seq > $4
+        ORDER BY f.seq LIMIT 1) AS floor_seq,
        -- The predecessor check, in the same statement: the status of the
        -- event just before each asset's first row in the batch (asset_seq
        -- is gapless, so "the one before" is a point lookup on the unique
@@ -136,7 +154,7 @@ type ClaimParams struct {
 	Lanes  []int         // lanes it claims from; all must still be held
 	Margin time.Duration // lease that must be left on every lane
 	Limit  int           // rows at most
-	After  int64         // resume cursor: only rows with seq above it (0: all)
+	After  int64         // only rows with seq above it: the resume cursor or the floor (0: all)
 	// Exclude are seqs of rows still being settled: they are NEW until the
 	// settlement is written and must not be claimed twice.
 	Exclude []int64

@@ -1,9 +1,10 @@
-// Package outboxstore owns bridge.outbox: every statement over the table
-// lives here, next to the comment that says why it is written the way it is.
+// Package outboxstore owns bridge.outbox and bridge.asset_counters: every
+// statement over them lives here, next to the comment that says why it is written the way it is.
 // The relay claims and settles rows through it, operators (CLI, admin API,
 // metrics) read and replay through it, and the demo and the relay benchmark
 // fill, count and clear their own topics through it. Applications write the
-// table only through the SQL function bridge.enqueue (package outbox).
+// tables only through the SQL function bridge.enqueue (package outbox, which
+// also queues LockCountersSQL ahead of a batch).
 //
 // Every function takes a DB — a pool, a connection or a transaction — and
 // leaves timeouts to the caller.

@@ -37,10 +37,16 @@ LIMIT $7`
 
 const countFailedMatchingSQL = `SELECT count(*) FROM bridge.outbox WHERE` + failedMatchingWhere
 
+// replayMatchingSQL wakes the relays from the lowest seq it replayed (see
+// replayByIDSQL).
 const replayMatchingSQL = `
-UPDATE bridge.outbox
-SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
-WHERE` + failedMatchingWhere
+WITH r AS (
+  UPDATE bridge.outbox
+  SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+  WHERE` + failedMatchingWhere + `
+  RETURNING seq
+)
+SELECT count(*), bridge.wake_relays(min(seq)) FROM r`
 
 const getRowSQL = `
 SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, ''), created_at, failed_at,
@@ -120,11 +126,12 @@ func CountFailedMatching(ctx context.Context, db DB, f FailedFilter) (int64, err
 // ReplayFailedMatching returns every FAILED row matching f to NEW (as
 // ReplayIDs does) and reports how many.
 func ReplayFailedMatching(ctx context.Context, db DB, f FailedFilter) (int64, error) {
-	tag, err := db.Exec(ctx, replayMatchingSQL, f.args()...)
-	if err != nil {
+	var n int64
+	var woke *int64
+	if err := db.QueryRow(ctx, replayMatchingSQL, f.args()...).Scan(&n, &woke); err != nil {
 		return 0, fmt.Errorf("replay outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Row is one outbox row in any status, as its detail page shows it.

@@ -103,23 +103,34 @@ func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload
 // Each requested id comes back once: replayed, or the status it has (NULL:
 // no such row). The outer read of bridge.outbox sees the statement's
 // snapshot, before the update.
+//
+// Every replay wakes the relays from the lowest seq it replayed
+// (bridge.wake_relays, migration 00090): the relay's claim starts at the
+// lowest seq it knows to be NEW, and a replayed row, keeping its old seq, is
+// below that; without the wake-up it would stay NEW forever.
 const replayByIDSQL = `
 WITH req AS (SELECT DISTINCT unnest($1::uuid[]) AS id),
 r AS (
   UPDATE bridge.outbox o
   SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
   WHERE o.status = 'FAILED' AND o.id = ANY($1::uuid[])
-  RETURNING o.id
-)
+  RETURNING o.id, o.seq
+),
+wake AS (SELECT bridge.wake_relays(min(seq)) FROM r)
 SELECT req.id, r.id IS NOT NULL, o.status
-FROM req LEFT JOIN r ON r.id = req.id LEFT JOIN bridge.outbox o ON o.id = req.id
+FROM req LEFT JOIN r ON r.id = req.id LEFT JOIN bridge.outbox o ON o.id = req.id CROSS JOIN wake
 ORDER BY req.id`
 
+// replayAllSQL: see replayByIDSQL for the wake-up.
 const replayAllSQL = `
-UPDATE bridge.outbox
-SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
-WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
-  AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)`
+WITH r AS (
+  UPDATE bridge.outbox
+  SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
+  WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
+    AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)
+  RETURNING seq
+)
+SELECT count(*), bridge.wake_relays(min(seq)) FROM r`
 
 // NotReplayed is an id ReplayIDs left alone, and why.
 type NotReplayed struct {
@@ -168,9 +179,10 @@ func ReplayAllFailed(ctx context.Context, db DB, topic string, since time.Durati
 		s := Interval(since)
 		sinceArg = &s
 	}
-	tag, err := db.Exec(ctx, replayAllSQL, topic, sinceArg)
-	if err != nil {
+	var n int64
+	var woke *int64
+	if err := db.QueryRow(ctx, replayAllSQL, topic, sinceArg).Scan(&n, &woke); err != nil {
 		return 0, fmt.Errorf("replay outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/database"
@@ -13,23 +15,29 @@ import (
 // row is one claimed outbox row.
 type row = outboxstore.Claimed
 
-// claim reads the next batch. See outboxstore's claimSQL for the cursor: the
-// claim resumes after the last row it claimed while a drain is under way, and
-// scans from the start whenever it caught up or the poll interval passed.
+// claim reads the next batch. See outboxstore's claimSQL for where the scan
+// starts: after the last row claimed while a drain is under way, and from the
+// floor whenever the relay caught up or the poll interval passed.
 func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	cursor := r.cursor
-	if time.Since(r.lastFullScan) >= r.cfg.PollInterval {
-		cursor = 0
+	if !slices.Equal(lanes, r.floorLanes) {
+		// A lane just taken over may hold NEW rows anywhere below the floor.
+		r.floor, r.floorLanes = 0, slices.Clone(lanes)
 	}
-	if cursor == 0 {
-		r.lastFullScan = time.Now()
+	if low := r.lowered.Swap(math.MaxInt64); low < r.floor {
+		r.floor = low
+	}
+	after := r.cursor
+	fromFloor := after == 0 || time.Since(r.lastFloorScan) >= r.cfg.PollInterval
+	if fromFloor {
+		after = r.floor
+		r.lastFloorScan = time.Now()
 	}
 	started := time.Now()
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
-		Limit: r.cfg.BatchSize, After: cursor, Exclude: exclude,
+		Limit: r.cfg.BatchSize, After: after, Exclude: exclude,
 		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
 	})
 	if err != nil {
@@ -38,12 +46,30 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 	if r.cfg.ClaimObserver != nil {
 		r.cfg.ClaimObserver(time.Since(started), len(claimed))
 	}
+	if fromFloor && len(claimed) > 0 {
+		// Nothing of these lanes is NEW below the lowest NEW row this
+		// snapshot saw. Rows becoming NEW below it since (a late commit, a
+		// replay) are in r.lowered and apply to the next claim. An empty
+		// claim keeps the old floor: lower than needed, never too high.
+		r.floor = claimed[0].FloorSeq - 1
+	}
 	if !more {
-		r.cursor = 0 // caught up: the next claim scans from the start
+		r.cursor = 0 // caught up: the next claim starts from the floor
 	} else {
 		r.cursor = claimed[len(claimed)-1].Seq
 	}
 	return claimed, more, nil
+}
+
+// lowerFloor makes the next claim scan from seq above at most: rows from
+// above+1 on may have become NEW below the floor. Safe from any goroutine.
+func (r *Relay) lowerFloor(above int64) {
+	for {
+		cur := r.lowered.Load()
+		if above >= cur || r.lowered.CompareAndSwap(cur, above) {
+			return
+		}
+	}
 }
 
 // inOrder keeps, per asset, only the claimed rows that can go out now: the

@@ -1,10 +1,10 @@
 package relay
 
 import (
-	"os"
 	"testing"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // TestDocumentedDefaultsAreTheEnvDefaults: every default Config documents
@@ -12,17 +12,7 @@ import (
 // exactly those.
 func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("config.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := config.DocumentedDefaultMismatches("config.go", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
+	testkit.DocumentedDefaults(t, "config.go")
 	got, want := Config{}.WithDefaults(), ConfigFromEnv(config.Defaults().Relay)
 	if got.MaxAttempts != want.MaxAttempts || got.BackoffBase != want.BackoffBase || got.BackoffMax != want.BackoffMax ||
 		got.BatchSize != want.BatchSize || got.BatchBytes != want.BatchBytes || got.PollInterval != want.PollInterval ||

@@ -3,12 +3,11 @@ package relay
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -56,31 +55,8 @@ FROM generate_series(1, $3::int) g`, topic, largeBytes, large); err != nil {
 		}
 	}
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	baseline := ms.HeapInuse
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				if m.HeapInuse > peak.Load() {
-					peak.Store(m.HeapInuse)
-				}
-			}
-		}
-	}()
+	baseline := bench.HeapInuseNow()
+	heap := bench.WatchHeap(5 * time.Millisecond)
 
 	rr := b.startRelay(cfg)
 	testkit.Eventually(t, 50*time.Second, func() string {
@@ -90,13 +66,12 @@ FROM generate_series(1, $3::int) g`, topic, largeBytes, large); err != nil {
 	if err := rr.stop(); err != nil {
 		t.Fatal(err)
 	}
-	close(done)
-	sampler.Wait()
+	peak := heap.Stop()
 
 	const limit = 100 << 20
-	t.Logf("heap: baseline %.1f MiB, peak %.1f MiB; largest claim %d rows", float64(baseline)/(1<<20), float64(peak.Load())/(1<<20), mostRows.Load())
-	if p := peak.Load(); p > limit {
-		t.Fatalf("peak heap %.1f MiB while parking %d rows of %d bytes, want under 100 MiB", float64(p)/(1<<20), oversized, oversizedBytes)
+	t.Logf("heap: baseline %.1f MiB, peak %.1f MiB; largest claim %d rows", bench.MiB(baseline), bench.MiB(peak), mostRows.Load())
+	if peak > limit {
+		t.Fatalf("peak heap %.1f MiB while parking %d rows of %d bytes, want under 100 MiB", bench.MiB(peak), oversized, oversizedBytes)
 	}
 	// A claim of 600 kB payloads under a 4 MiB budget holds at most 7 of
 	// them (it stops once the bytes reach the budget); oversized rows cost

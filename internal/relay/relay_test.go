@@ -778,3 +778,83 @@ FROM r WHERE o.id = r.id`); err != nil {
 		t.Fatalf("left %v, want 500 recent SENT, 250 FAILED, 250 NEW", c)
 	}
 }
+
+// 14. The claim starts at the lowest seq it knows to be NEW, not at 0 (see
+// outboxstore's claimSQL). A transaction that took its seq early and commits
+// after the relay has moved past it — with later events relayed meanwhile —
+// is still relayed, at once (its commit's notification lowers the floor),
+// and so are rows replayed below the floor by each replay statement.
+func TestRowsBecomingNewBelowTheFloorAreRelayed(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.Fake(t)
+	b := setup(t, cluster.ListenAddrs())
+	for _, topic := range []string{"ok", "denied-a", "denied-b", "denied-c"} {
+		if err := cluster.CreateTopic(topic, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // only the notifications can bring the floor down
+	b.startRelay(cfg)
+	ctx := context.Background()
+
+	late, err := b.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = late.Rollback(ctx) }()
+	lateID, err := outbox.Enqueue(ctx, late, outbox.Event{Topic: "ok", AssetID: "late", EventType: "late", Payload: payload(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three committed transactions after it, each relayed before the next:
+	// the floor passes the late row's seq.
+	for i := range 3 {
+		id := b.enqueue(outbox.Event{Topic: "ok", AssetID: fmt.Sprintf("on-time-%d", i), EventType: "e", Payload: payload(i)})[0]
+		testkit.Eventually(t, 10*time.Second, func() string {
+			return testkit.Unless(b.row(id).Status == "SENT", "on-time row %d SENT", i)
+		})
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() string {
+		return testkit.Unless(b.row(lateID).Status == "SENT", "late-committed row SENT: %+v", b.row(lateID))
+	})
+
+	// Park one row per replay statement, let the floor pass them, replay.
+	var parked []uuid.UUID
+	var faults []*kfake.FaultHandle
+	for _, topic := range []string{"denied-a", "denied-b", "denied-c"} {
+		faults = append(faults, cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1}))
+		parked = append(parked, b.enqueue(outbox.Event{Topic: topic, AssetID: topic, EventType: "e", Payload: payload(1)})[0])
+	}
+	for _, id := range parked {
+		testkit.Eventually(t, 10*time.Second, func() string {
+			return testkit.Unless(b.row(id).Status == "FAILED", "row parked: %+v", b.row(id))
+		})
+	}
+	for i := range 2 {
+		id := b.enqueue(outbox.Event{Topic: "ok", AssetID: fmt.Sprintf("after-park-%d", i), EventType: "e", Payload: payload(i)})[0]
+		testkit.Eventually(t, 10*time.Second, func() string {
+			return testkit.Unless(b.row(id).Status == "SENT", "row after the parked ones SENT")
+		})
+	}
+	for _, h := range faults {
+		h.Remove()
+	}
+	if _, _, err := outboxstore.ReplayIDs(ctx, b.db.Pool, parked[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outboxstore.ReplayAllFailed(ctx, b.db.Pool, "denied-b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outboxstore.ReplayFailedMatching(ctx, b.db.Pool, outboxstore.FailedFilter{Topic: "denied-c"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range parked {
+		testkit.Eventually(t, 10*time.Second, func() string {
+			return testkit.Unless(b.row(id).Status == "SENT", "row replayed by statement %d SENT: %+v", i, b.row(id))
+		})
+	}
+}

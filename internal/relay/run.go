@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,10 +32,15 @@ type Relay struct {
 	tracer trace.Tracer
 	log    *slog.Logger
 
-	// cursor and lastFullScan are the claim's resume point (see claimSQL);
-	// only the relay loop touches them.
-	cursor       int64
-	lastFullScan time.Time
+	// cursor, floor, floorLanes and lastFloorScan are where the claim starts
+	// (see claimSQL); only the relay loop touches them. lowered is the
+	// lowest floor the notifications asked for since the last claim
+	// (math.MaxInt64: none); the listener writes it.
+	cursor        int64
+	floor         int64
+	floorLanes    []int
+	lastFloorScan time.Time
+	lowered       atomic.Int64
 	// unchargedRetryUsed: a batch where nothing got through while a broker
 	// answered was already retried once without charging (see cycle).
 	unchargedRetryUsed bool
@@ -52,7 +60,7 @@ var errSimulatedCrash = errors.New("simulated crash")
 func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 	cfg = cfg.WithDefaults()
 	host, _ := os.Hostname()
-	return &Relay{
+	r := &Relay{
 		pool:   pool,
 		client: client,
 		cfg:    cfg,
@@ -60,6 +68,8 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
 	}
+	r.lowered.Store(math.MaxInt64)
+	return r
 }
 
 // MemberID is this replica's id in bridge.relay_lanes.
@@ -185,8 +195,25 @@ func (r *Relay) keepLanes(ctx context.Context) {
 // listen wakes the loop on NOTIFY bridge_outbox (sent by a trigger at
 // commit), so an event is produced within milliseconds of its commit; the
 // poll interval is only the fallback when the listener is reconnecting.
+//
+// The payload is the lowest seq that became NEW (migration 00090): a
+// transaction that took its seq before the claim's floor passed it and
+// committed after, or a replay. It lowers the floor, or the row would never
+// be claimed. A payload that is not a seq (an older trigger) and every
+// (re)connect — notifications sent while nobody listened are lost — lower
+// it to 0.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	service.Listen(ctx, service.Listener{Pool: r.pool, Channel: "bridge_outbox", Logger: r.log}, wake)
+	service.Listen(ctx, service.Listener{
+		Pool: r.pool, Channel: "bridge_outbox", Logger: r.log,
+		Connected: func() { r.lowerFloor(0) },
+		Notified: func(payload string) {
+			seq, err := strconv.ParseInt(payload, 10, 64)
+			if err != nil || seq < 1 {
+				seq = 1
+			}
+			r.lowerFloor(seq - 1)
+		},
+	}, wake)
 }
 
 // retain deletes SENT rows past the retention in bounded batches.

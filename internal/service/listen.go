@@ -27,6 +27,14 @@ type Listener struct {
 	// Logger: one warning when the connection is lost, one line when it is
 	// back. Nil: discard.
 	Logger *slog.Logger
+	// Connected, if set, is called each time LISTEN is in place (first
+	// connect and every reconnect), before the wake-up: notifications sent
+	// while nobody listened are lost, and a reader that relies on their
+	// payloads must assume it missed some.
+	Connected func()
+	// Notified, if set, receives each notification's payload, before the
+	// wake-up it causes.
+	Notified func(payload string)
 }
 
 // Listen holds a LISTEN on l.Channel until ctx ends, reconnecting with capped
@@ -55,8 +63,16 @@ func Listen(ctx context.Context, l Listener, wake chan<- struct{}) {
 				log.InfoContext(ctx, "LISTEN connection back", "after_failures", failures)
 			}
 			failures = 0
+			if l.Connected != nil {
+				l.Connected()
+			}
 			poke()
-		}, poke)
+		}, func(payload string) {
+			if l.Notified != nil {
+				l.Notified(payload)
+			}
+			poke()
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -72,7 +88,7 @@ func Listen(ctx context.Context, l Listener, wake chan<- struct{}) {
 	}
 }
 
-func listenOnce(ctx context.Context, l Listener, connected, notified func()) error {
+func listenOnce(ctx context.Context, l Listener, connected func(), notified func(payload string)) error {
 	cfg := l.Pool.Config().ConnConfig
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
@@ -91,9 +107,10 @@ func listenOnce(ctx context.Context, l Listener, connected, notified func()) err
 	}
 	connected()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		notified()
+		notified(n.Payload)
 	}
 }

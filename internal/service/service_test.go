@@ -1,13 +1,11 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,26 +15,8 @@ import (
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
-// logBuffer is a concurrency-safe log sink for asserting what was logged.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newLogger() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newLogger() (*slog.Logger, *testkit.LogBuffer) {
+	b := &testkit.LogBuffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 

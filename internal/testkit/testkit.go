@@ -1,6 +1,7 @@
-// Package testkit holds the two waits every integration test needs, written
-// once: Eventually (poll a condition instead of sleeping) and Unavailable (a
-// missing service fails under CI=true and skips elsewhere).
+// Package testkit holds what tests of every stage need, written once:
+// Eventually (poll a condition instead of sleeping), Unavailable (a missing
+// service fails under CI=true and skips elsewhere), LogBuffer (a log sink safe
+// to read while goroutines write it) and DocumentedDefaults.
 package testkit
 
 import (
@@ -8,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/outboxbridge/bridge/internal/config"
 )
 
 // Poll is how often Eventually re-checks its condition.
@@ -50,4 +53,22 @@ func Unavailable(t testing.TB, service, how string, err error) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg + " (skipping because CI is not true)")
+}
+
+// DocumentedDefaults fails the test for each default that a stage's config
+// source file documents in a field comment but that differs from the
+// environment variable's envDefault: the comment is what a reader trusts.
+func DocumentedDefaults(t testing.TB, configFile string) {
+	t.Helper()
+	src, err := os.ReadFile(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := config.DocumentedDefaultMismatches(configFile, string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
 }

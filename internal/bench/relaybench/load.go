@@ -80,38 +80,47 @@ func (l *latencies) summary() (n int, p50, p99, maxMs float64) {
 	return len(xs), percentile(xs, 0.5), percentile(xs, 0.99), percentile(xs, 1)
 }
 
-// load is an offered load: rate events/s in transactions of txEvents events,
-// committed by writers concurrent writers on a fixed schedule.
-type load struct {
-	topic    string
-	assets   int
-	rate     int
-	duration time.Duration
-	writers  int
-	txEvents int
-}
-
 type loadResult struct {
 	events   int
 	achieved float64 // events/s committed
 }
 
 // offer runs the load, registering each committed event with lat.
-func offer(ctx context.Context, pool *pgxpool.Pool, ld load, lat *latencies) (loadResult, error) {
+func offer(ctx context.Context, pool *pgxpool.Pool, ld Load, lat *latencies) (loadResult, error) {
 	lat.setActive(true)
-	txs := max(1, int(float64(ld.rate)*ld.duration.Seconds())/ld.txEvents)
-	every := time.Duration(float64(time.Second) * float64(ld.txEvents) / float64(ld.rate))
+	n, achieved, err := Offer(ctx, pool, ld, lat.commit)
+	return loadResult{events: n, achieved: achieved}, err
+}
+
+// Load is an offered load: Rate events/s over Assets assets in transactions
+// of TxEvents events, committed by Writers concurrent writers on a fixed
+// schedule for Duration. `bench pipeline` offers its load with it too.
+type Load struct {
+	Topic    string
+	Assets   int
+	Rate     int
+	Duration time.Duration
+	Writers  int
+	TxEvents int
+}
+
+// Offer commits the load through outbox.EnqueueBatch, calling onCommit
+// with each transaction's dedup ids and the time its COMMIT returned. It
+// returns how many events were committed and the rate achieved.
+func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids []string, at time.Time)) (events int, achieved float64, err error) {
+	txs := max(1, int(float64(ld.Rate)*ld.Duration.Seconds())/ld.TxEvents)
+	every := time.Duration(float64(time.Second) * float64(ld.TxEvents) / float64(ld.Rate))
 	start := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, ld.writers)
+	errs := make(chan error, ld.Writers)
 	var mu sync.Mutex
 	committed := 0
-	for w := range ld.writers {
+	for w := range ld.Writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			evs := make([]outbox.Event, ld.txEvents)
-			for tx := w; tx < txs; tx += ld.writers {
+			evs := make([]outbox.Event, ld.TxEvents)
+			for tx := w; tx < txs; tx += ld.Writers {
 				if d := time.Until(start.Add(time.Duration(tx) * every)); d > 0 {
 					select {
 					case <-ctx.Done():
@@ -121,7 +130,7 @@ func offer(ctx context.Context, pool *pgxpool.Pool, ld load, lat *latencies) (lo
 					}
 				}
 				for j := range evs {
-					evs[j] = outbox.Event{Topic: ld.topic, AssetID: fmt.Sprintf("bench-asset-%d", (tx*ld.txEvents+j)%ld.assets),
+					evs[j] = outbox.Event{Topic: ld.Topic, AssetID: fmt.Sprintf("bench-asset-%d", (tx*ld.TxEvents+j)%ld.Assets),
 						EventType: "bench.live", Payload: []byte(`{"live":true}`)}
 				}
 				var ids []string
@@ -136,7 +145,7 @@ func offer(ctx context.Context, pool *pgxpool.Pool, ld load, lat *latencies) (lo
 					errs <- fmt.Errorf("enqueue: %w", err)
 					return
 				}
-				lat.commit(ids, time.Now())
+				onCommit(ids, time.Now())
 				mu.Lock()
 				committed += len(ids)
 				mu.Unlock()
@@ -147,9 +156,9 @@ func offer(ctx context.Context, pool *pgxpool.Pool, ld load, lat *latencies) (lo
 	elapsed := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
-		return loadResult{}, err
+		return 0, 0, err
 	}
-	return loadResult{events: committed, achieved: float64(committed) / max(elapsed, ld.duration).Seconds()}, nil
+	return committed, float64(committed) / max(elapsed, ld.Duration).Seconds(), nil
 }
 
 // SustainOptions configures Sustain.
@@ -272,11 +281,26 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var relays sync.WaitGroup
-	defer func() { stop(); relays.Wait() }()
-	for _, c := range clients {
+	var pools []*pgxpool.Pool
+	defer func() {
+		stop()
+		relays.Wait()
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i, c := range clients {
 		rc := rc
 		rc.MemberID = ""
-		r := relay.New(pool, c, rc)
+		rp := pool
+		if i > 0 {
+			var err error
+			if rp, err = replicaPool(ctx, pool); err != nil {
+				return nil, err
+			}
+			pools = append(pools, rp)
+		}
+		r := relay.New(rp, c, rc)
 		relays.Add(1)
 		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
 	}
@@ -302,7 +326,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d events per transaction)", o.Rate, o.Duration, o.Writers, o.TxEvents))
 	start := time.Now()
-	lr, err := offer(ctx, pool, load{topic: topic, assets: o.Assets, rate: o.Rate, duration: o.Duration, writers: o.Writers, txEvents: o.TxEvents}, lat)
+	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
 	close(sampleDone)
 	sampler.Wait()
 	if err != nil {

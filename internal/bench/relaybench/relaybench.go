@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -194,11 +194,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		return nil, err
 	}
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	res.BaselineHeapMiB = float64(ms.HeapInuse) / (1 << 20)
-	stopSampling, peak := sampleHeap()
+	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	heap := bench.WatchHeap(20 * time.Millisecond)
 
 	progress(fmt.Sprintf("draining with %d relay replica(s)", o.Replicas))
 	claims := &durations{}
@@ -209,35 +206,41 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	var relays sync.WaitGroup
 	var clients []*kgo.Client
 	start = time.Now()
-	for i := range o.Replicas {
-		c := client
-		if i > 0 {
-			if c, err = newClient(); err != nil {
-				stopRelays()
-				return nil, err
-			}
-			clients = append(clients, c)
-		}
-		rc := rc
-		rc.MemberID = ""
-		r := relay.New(pool, c, rc)
-		relays.Add(1)
-		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
-	}
+	var pools []*pgxpool.Pool
 	defer func() {
 		stopRelays()
 		relays.Wait()
 		for _, c := range clients {
 			c.Close()
 		}
+		for _, p := range pools {
+			p.Close()
+		}
 	}()
+	for i := range o.Replicas {
+		c, rp := client, pool
+		if i > 0 {
+			if c, err = newClient(); err != nil {
+				return nil, err
+			}
+			clients = append(clients, c)
+			if rp, err = replicaPool(ctx, pool); err != nil {
+				return nil, err
+			}
+			pools = append(pools, rp)
+		}
+		rc := rc
+		rc.MemberID = ""
+		r := relay.New(rp, c, rc)
+		relays.Add(1)
+		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
+	}
 	if err := waitDrained(ctx, pool, topic, hook, int64(o.Events)); err != nil {
 		return nil, err
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
 	res.DrainRate = float64(o.Events) / res.DrainSeconds
-	res.PeakHeapMiB = stopSampling()
-	_ = peak
+	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs = claims.percentiles()
 
 	progress("reading the topic back to verify per-key order")
@@ -250,7 +253,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d event(s) per transaction)", o.Rate, o.RateDuration, o.Writers, o.TxEvents))
 	res.LatencyOffered = o.Rate
 	hook.topic.Store(nil)
-	lr, err := offer(ctx, pool, load{topic: topic, assets: o.Assets, rate: o.Rate, duration: o.RateDuration, writers: o.Writers, txEvents: o.TxEvents}, lat)
+	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.RateDuration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +264,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.LatencyEvents, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
+}
+
+// replicaPool is a pool of its own for a further replica, with the first
+// one's settings: replicas in separate processes do not share connections,
+// and a shared pool would make them queue for each other's.
+func replicaPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
+	p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
+	if err != nil {
+		return nil, fmt.Errorf("replica pool: %w", err)
+	}
+	return p, nil
 }
 
 // waitDrained waits until the relays' clients saw want acknowledgements for
@@ -292,37 +306,6 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string, hook *ac
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// sampleHeap samples the Go heap every 20 ms until the returned function is
-// called, which returns the peak in MiB.
-func sampleHeap() (stop func() float64, peak *atomic.Uint64) {
-	peak = &atomic.Uint64{}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				if m.HeapInuse > peak.Load() {
-					peak.Store(m.HeapInuse)
-				}
-			}
-		}
-	}()
-	return func() float64 {
-		close(done)
-		wg.Wait()
-		return float64(peak.Load()) / (1 << 20)
-	}, peak
 }
 
 // claimMarkCeiling measures the one-statement claim+mark (see

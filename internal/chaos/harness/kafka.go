@@ -78,14 +78,25 @@ func (b *Broker) pidfile() string { return filepath.Join(b.State, "kafka", "kafk
 // Start starts it again (as services-up.sh did) and waits until it serves
 // metadata.
 func (b *Broker) Start() error {
+	began := time.Now()
 	if err := b.launch.start(); err != nil {
 		return err
 	}
-	// 4 minutes, as for a cluster node: a broker restarted after SIGKILL
-	// recovers its logs first, and with the rest of the suite running beside
-	// it one missed a 2-minute wait (CI).
-	return waitServing([]string{b.Addr()}, 1, 4*time.Minute)
+	err := waitServing([]string{b.Addr()}, 1, brokerRestartWait)
+	b.t.Logf("broker on %d serving again %.1fs after its restart (err %v)", b.Port, time.Since(began).Seconds(), err)
+	return err
 }
+
+// brokerRestartWait bounds how long a broker (single or cluster node)
+// restarted after kill -9 may take to serve again: it recovers its logs and
+// replays the metadata log first. Measured: 20–37 s with the short suite
+// running at load 20–40 on 2 cores, 10 s on a quiet machine; 98 s at load
+// 60 (seven engineers' tests at once). Two minutes is three times the worst
+// seen without that overload. It is only how long a test waits before it
+// fails: a fast restart costs nothing more. It also stays under the
+// processes' DATABASE_CONNECT_TIMEOUT (3 m), so a bridge process restarted
+// during the outage is still waiting, not gone, when the broker is back.
+const brokerRestartWait = 2 * time.Minute
 
 // Kill SIGKILLs it.
 func (b *Broker) Kill() { harnessKill(b.pidfile()) }
@@ -159,14 +170,13 @@ func StartCluster(t testing.TB) *Cluster {
 
 // Restart starts node again (after Kill) and waits for three brokers.
 func (c *Cluster) Restart(node int32) error {
+	began := time.Now()
 	if err := c.launches[node].start(); err != nil {
 		return err
 	}
-	// 4 minutes: a node restarted after kill -9 recovers its logs and
-	// replays the metadata log before it serves; with the rest of the suite
-	// running beside it, one took 98 s from STARTING to STARTED and missed a
-	// 2-minute wait by seconds (CI, TestClusterLeaderKill).
-	return waitServing(c.Addrs(), 3, 4*time.Minute)
+	err := waitServing(c.Addrs(), 3, brokerRestartWait)
+	c.t.Logf("cluster node %d registered again %.1fs after its restart (err %v)", node, time.Since(began).Seconds(), err)
+	return err
 }
 
 // Addrs are the three bootstrap addresses.
@@ -214,8 +224,10 @@ func (c *Cluster) Kill(node int32, sig syscall.Signal) error {
 	if err := syscall.Kill(pid, sig); err != nil {
 		return err
 	}
-	if !WaitGone(pid, 90*time.Second) {
-		return fmt.Errorf("node %d (pid %d) still running 90s after %v", node, pid, sig)
+	// A controlled shutdown (SIGTERM) moves leadership away first: 10–16 s
+	// measured at load 40–60; a minute before calling it stuck.
+	if !WaitGone(pid, time.Minute) {
+		return fmt.Errorf("node %d (pid %d) still running a minute after %v", node, pid, sig)
 	}
 	return nil
 }

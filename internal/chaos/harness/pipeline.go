@@ -37,6 +37,7 @@ type Pipeline struct {
 	AppURL   string // what the application and the judge use
 	Brokers  []string
 	Topic    string
+	Parts    int32    // the topic's partitions
 	Subs     []string // subscription names (receiver paths)
 	Secrets  map[string]string
 	Receiver *Receiver
@@ -111,7 +112,7 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		}
 	})
 	p := &Pipeline{T: t, Dir: dir, Bin: BridgeBinary(t), DBURL: cfg.DBURL, AppURL: cfg.AppURL, Brokers: cfg.Brokers,
-		Topic: fmt.Sprintf("chaos.assets.%d", time.Now().UnixNano()%1e9), Subs: cfg.Subs, Secrets: map[string]string{}}
+		Topic: fmt.Sprintf("chaos.assets.%d", time.Now().UnixNano()%1e9), Parts: cfg.Partitions, Subs: cfg.Subs, Secrets: map[string]string{}}
 	t.Logf("run directory (process logs, receiver log): %s", dir)
 
 	rcv, err := NewReceiver(filepath.Join(dir, "receiver.jsonl"))
@@ -150,18 +151,17 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		// about 30 events/s here, below the long load's rate.
 		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION=32",
 		"WEBHOOK_WORKERS=64",
-		// Consumer group failover and waiting for dependencies (ignored by a
-		// build that does not know them yet).
-		"CONSUMER_SESSION_TIMEOUT=6s",
-		"CONSUMER_REBALANCE_TIMEOUT=15s",
-		// Longer than the harness waits for a restarted broker (4 min): a
-		// process must not give up on a dependency the test is still bringing
-		// back (a consumer exited after 2 minutes of a slow broker restart).
-		"DATABASE_CONNECT_TIMEOUT=6m",
+		// The consumer group runs with the product's defaults
+		// (CONSUMER_SESSION_TIMEOUT, CONSUMER_REBALANCE_TIMEOUT): the stall
+		// bound is a promise about them. groupEnv passes an override from
+		// the test's own environment, to measure another setting.
+		// DATABASE_CONNECT_TIMEOUT is left at its default (3 m), longer than
+		// a broker outage plus brokerRestartWait: a process restarted during
+		// an outage waits for the dependency the test is bringing back.
 		// Signing secrets sealed as in production (and opened by every
 		// deliverer across its restarts).
 		"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
-	}, cfg.ExtraEnv...)
+	}, append(groupEnv(), cfg.ExtraEnv...)...)
 
 	if out, err := p.Cmd("migrate").CombinedOutput(); err != nil {
 		t.Fatalf("bridge migrate: %v\n%s", err, out)
@@ -208,6 +208,19 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		}
 	}
 	return p
+}
+
+// groupEnv is the CONSUMER_SESSION_TIMEOUT / CONSUMER_REBALANCE_TIMEOUT of
+// the test process's environment, when set (e.g.
+// `CONSUMER_SESSION_TIMEOUT=8s go test -run Stall ./internal/chaos/`).
+func groupEnv() []string {
+	var out []string
+	for _, k := range []string{"CONSUMER_SESSION_TIMEOUT", "CONSUMER_REBALANCE_TIMEOUT"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }
 
 // RelayLease is the relays' RELAY_LEASE_TIMEOUT in fault runs.
@@ -274,6 +287,96 @@ func (p *Pipeline) StopProcs() {
 	wg.Wait()
 }
 
+// WaitSettled waits until the pipeline is up before faults begin: every
+// relay lane has a live owner, and the consumer group is stable with one
+// member per consuming process, each assigned partitions. Otherwise a kill
+// in the first seconds hits a process that holds nothing yet (a relay
+// killed before it took a lane measured no takeover).
+func (p *Pipeline) WaitSettled(timeout time.Duration) {
+	p.T.Helper()
+	consumers, relays := 0, 0
+	for _, pr := range p.Procs {
+		switch pr.Kind {
+		case "consume":
+			consumers++
+		case "relay":
+			relays++
+		case "run":
+			consumers++
+			relays++
+		}
+	}
+	g, err := p.Group()
+	if err != nil {
+		p.T.Fatal(err)
+	}
+	defer g.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var unowned int
+		err := p.appPool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE owner IS NULL OR expires_at < now()) + (count(*) = 0)::int FROM bridge.relay_lanes`).Scan(&unowned)
+		lanesOK := relays == 0 || (err == nil && unowned == 0)
+		m, gerr := g.Members(ctx)
+		cancel()
+		groupOK := consumers == 0 || (gerr == nil && len(m) == consumers)
+		for _, n := range m {
+			groupOK = groupOK && n > 0
+		}
+		if lanesOK && groupOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.T.Fatalf("pipeline not settled within %s: lanes without a live owner %d (%v); group members %v (%v), want %d",
+				timeout, unowned, err, m, gerr, consumers)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// LaneCounts returns, per pid, how many relay lanes it held at the last
+// sample.
+func (p *Pipeline) LaneCounts() map[int]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[int]int{}
+	for i := len(p.samples) - 1; i >= 0; i-- {
+		if len(p.samples[i].Owners) == 0 {
+			continue
+		}
+		for _, pr := range p.Procs {
+			mark := fmt.Sprintf("/%d/", pr.Pid())
+			for _, o := range p.samples[i].Owners {
+				if strings.Contains(o, mark) {
+					out[pr.Pid()]++
+				}
+			}
+		}
+		break
+	}
+	return out
+}
+
+// LastFaultEnd is when the last outage the run noted ended (zero: none).
+func (p *Pipeline) LastFaultEnd() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var last time.Time
+	for _, e := range p.events {
+		if e.End.After(last) {
+			last = e.End
+		}
+	}
+	return last
+}
+
+// DrainedAt is the first drained moment WatchDrain saw (zero: not yet).
+func (p *Pipeline) DrainedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drainedAt
+}
+
 // Note records something the run did.
 func (p *Pipeline) Note(e Event) {
 	p.mu.Lock()
@@ -289,10 +392,18 @@ func (p *Pipeline) Events() []Event {
 	return append([]Event(nil), p.events...)
 }
 
-// Kill SIGKILLs proc and records it.
-func (p *Pipeline) Kill(pr *Proc) {
+// Kill SIGKILLs proc, records it and returns the pid it killed.
+func (p *Pipeline) Kill(pr *Proc) int {
 	pid := pr.Kill()
 	p.Note(Event{At: time.Now(), What: "SIGKILL " + pr.Name, Pid: pid, Kind: pr.Kind})
+	return pid
+}
+
+// KillAndHold SIGKILLs proc, keeps it down until its Resume, and records it.
+func (p *Pipeline) KillAndHold(pr *Proc) int {
+	pid := pr.KillAndHold()
+	p.Note(Event{At: time.Now(), What: "SIGKILL " + pr.Name + " (held down)", Pid: pid, Kind: pr.Kind})
+	return pid
 }
 
 // Load writes transactions at rate tx/s until ctx ends: each one enqueues

@@ -72,6 +72,7 @@ type Proc struct {
 	exits   []Exit
 	pids    []int
 	done    chan struct{}
+	held    chan struct{} // non-nil: the next restart waits until it is closed (Resume)
 }
 
 // NewProc prepares `bin args...` with env (added to a minimal environment);
@@ -130,6 +131,12 @@ func (p *Proc) supervise() {
 		if stopped {
 			return
 		}
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if held != nil {
+			<-held
+		}
 		time.Sleep(p.RestartDelay)
 		for {
 			p.mu.Lock()
@@ -164,6 +171,27 @@ func (p *Proc) Kill() int {
 	return pid
 }
 
+// KillAndHold SIGKILLs the current process and keeps it down until Resume:
+// a node that is gone, not one a supervisor restarts at once.
+func (p *Proc) KillAndHold() int {
+	p.mu.Lock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+	p.mu.Unlock()
+	return p.Kill()
+}
+
+// Resume lets a process held by KillAndHold start again.
+func (p *Proc) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
 // Stop sends SIGTERM, waits up to grace, then SIGKILLs; no restart.
 func (p *Proc) Stop(grace time.Duration) {
 	p.mu.Lock()
@@ -173,6 +201,10 @@ func (p *Proc) Stop(grace time.Duration) {
 		return
 	}
 	p.stopped = true
+	if p.held != nil {
+		close(p.held) // a held supervisor sees stopped and returns
+		p.held = nil
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	p.mu.Unlock()
 	select {

@@ -17,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/webhooktest"
@@ -293,37 +293,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	res.InsertSeconds = time.Since(start).Seconds()
 	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "elapsed_seconds", res.InsertSeconds)
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	res.BaselineHeapMiB = float64(ms.HeapAlloc) / (1 << 20)
-	var peak atomic.Uint64
-	peak.Store(ms.HeapAlloc)
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-t.C:
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				if ms.HeapAlloc > peak.Load() {
-					peak.Store(ms.HeapAlloc)
-				}
-			}
-		}
-	})
+	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	heap := bench.WatchHeap(20 * time.Millisecond)
 
 	var ds []*delivery.Deliverer
 	for r := range o.Replicas {
 		p := pool
 		if r > 0 {
 			if p, err = pgxpool.NewWithConfig(ctx, pool.Config().Copy()); err != nil {
-				stopSampling()
+				heap.Stop()
 				return nil, fmt.Errorf("replica pool: %w", err)
 			}
 			defer p.Close()
@@ -332,7 +310,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
 		d, err := delivery.NewDeliverer(p, rcfg)
 		if err != nil {
-			stopSampling()
+			heap.Stop()
 			return nil, err
 		}
 		ds = append(ds, d)
@@ -359,7 +337,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	wantBacklog := healthy(0, o.Events)
 
 	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= wantBacklog }); err != nil {
-		stopSampling()
+		heap.Stop()
 		_ = stop()
 		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), wantBacklog, err)
 	}
@@ -391,9 +369,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		res.OutcomesPerBatch = float64(st.Recorded) / float64(st.Records)
 		res.OutcomeBatchMS = st.RecordTime.Seconds() * 1000 / float64(st.Records)
 	}
-	stopSampling()
-	sampler.Wait()
-	res.PeakHeapMiB = float64(peak.Load()) / (1 << 20)
+	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
 
 	// Live phase: small transactions at a steady rate, latency measured from

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +118,13 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // together, so a snapshot that sees the successor as head also sees the
 // subscription disabled.
 //
+// Bytes: the claim stops once the payloads it returns reach $6 (the first
+// row is always returned, so a budget below one payload still makes
+// progress). payload_bytes is computed when the row is written (migration
+// 00080), so no payload is read to decide. The deliverer passes what is left
+// of its WEBHOOK_CLAIM_BYTES budget, which bounds its memory by bytes, not by
+// rows × the largest payload.
+//
 // The attempt is charged here, at claim: a worker killed mid-request has
 // still sent it.
 const claimSQL = `
@@ -139,7 +147,7 @@ ready AS (
   ) r
 ),
 heads AS (
-  SELECT r.subscription_id, r.asset_key, r.gen, r.free, h.id, h.seq, h.status, h.next_attempt_at,
+  SELECT r.subscription_id, r.asset_key, r.gen, r.free, h.id, h.seq, h.status, h.next_attempt_at, h.payload_bytes,
          coalesce((SELECT 1 FROM bridge.deliveries f
                    WHERE f.subscription_id = r.subscription_id
                      AND coalesce(f.asset_id, '') = r.asset_key
@@ -147,7 +155,7 @@ heads AS (
                    LIMIT 1), 0) = 1 AS busy
   FROM ready r
   LEFT JOIN LATERAL (
-    SELECT d.id, d.seq, d.status, d.next_attempt_at
+    SELECT d.id, d.seq, d.status, d.next_attempt_at, d.payload_bytes
     FROM bridge.deliveries d
     WHERE d.subscription_id = r.subscription_id
       AND coalesce(d.asset_id, '') = r.asset_key
@@ -158,13 +166,17 @@ heads AS (
 ),
 picked AS (
   SELECT id FROM (
-    SELECT id, seq, free, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
-    FROM heads
-    WHERE status = 'pending' AND next_attempt_at <= now() AND NOT busy
-  ) c
-  WHERE turn <= free
-  ORDER BY turn, seq
-  LIMIT $3
+    SELECT id, payload_bytes, sum(payload_bytes) OVER (ORDER BY turn, seq) AS running
+    FROM (
+      SELECT id, seq, free, payload_bytes, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
+      FROM heads
+      WHERE status = 'pending' AND next_attempt_at <= now() AND NOT busy
+    ) c
+    WHERE turn <= free
+    ORDER BY turn, seq
+    LIMIT $3
+  ) b
+  WHERE running - payload_bytes < $6::bigint -- the row starts within the byte budget (the first always does)
 ),
 locked AS (
   SELECT d.id FROM bridge.deliveries d
@@ -199,7 +211,7 @@ SELECT c.id, c.seq, c.subscription_id::text AS subscription_id, c.event_id, c.ev
        c.payload::text AS payload, c.event_created_at, coalesce(c.traceparent, '') AS traceparent,
        coalesce(c.tracestate, '') AS tracestate, c.attempts, s.url,
        ` + validSecretsExpr + ` AS secrets,
-       c.revived_at IS NOT NULL AS revived
+       c.revived_at IS NOT NULL AS revived, c.payload_bytes
 FROM claimed c JOIN bridge.subscriptions s ON s.id = c.subscription_id
 ORDER BY c.seq`
 
@@ -239,6 +251,9 @@ type Claim struct {
 	// Revived is true once an operator revived this delivery (dead →
 	// pending): its spans say so, still in the original trace.
 	Revived bool `db:"revived"`
+	// PayloadBytes is the payload's size as JSON text (what the claim's
+	// byte budget counted).
+	PayloadBytes int `db:"payload_bytes"`
 }
 
 // DeliveryStore is the deliveries queue and its log.
@@ -267,6 +282,9 @@ type ClaimParams struct {
 	// Loops and Loop: the claim serves subscriptions of share Loop of
 	// Loops (0 ≤ Loop < Loops); zero Loops means one share, all of them.
 	Loops, Loop int
+	// Bytes bounds the payload bytes the claim returns (the first row is
+	// always returned); zero means no bound.
+	Bytes int
 }
 
 // Claim hands out up to p.Limit deliveries, at most one per (subscription,
@@ -304,7 +322,11 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) ([]Claim,
 		if len(subs) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, claimSQL, p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs)
+		budget := int64(p.Bytes)
+		if budget <= 0 {
+			budget = math.MaxInt64
+		}
+		rows, err := tx.Query(ctx, claimSQL, p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,420 @@
+// Package pipelinebench measures the whole bridge end to end at a fixed
+// offered rate (`bridge bench pipeline`): writers commit events to the outbox
+// in small transactions, a `bridge run` process (relay + consume + deliver)
+// carries them through the configured broker, and an in-process receiver
+// (internal/webhooktest: signatures verified, order, duplicates and
+// overlapping requests per (subscription, asset)) records when each webhook
+// arrives. It reports commit→webhook-received latency, each stage's rate
+// over the load, the lag each stage had when the load ended, the time to
+// drain it, and the bridge process's peak memory and CPU.
+//
+// The bridge runs as a process of its own so that its memory is measured
+// alone: the bench's bookkeeping (one commit time per event, the receiver's
+// per-event dedup map) grows with the run and would hide the bridge's.
+package pipelinebench
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/bench/relaybench"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/webhooktest"
+	"github.com/outboxbridge/bridge/outbox"
+)
+
+// Options configure one run; zero fields take the defaults named.
+type Options struct {
+	Rate          int           // offered events/s; default 1000
+	Subscriptions int           // each receives every event; default 3
+	Duration      time.Duration // how long the load is offered; default 5m
+	Writers       int           // concurrent writers; default 8
+	TxEvents      int           // events per transaction; default 10
+	Assets        int           // assets the events are keyed over; default 1000
+	Partitions    int32         // of the bench topic; default 6
+	// DrainTimeout bounds the wait, after the load, for every webhook to
+	// arrive. Default 2m.
+	DrainTimeout time.Duration
+	// DatabaseURL is the run's database as the bridge process gets it (the
+	// same database as the pool Run is given).
+	DatabaseURL string
+	// Bridge returns the command that runs `bridge run` with env added to
+	// its environment (later entries win). Run starts it once the topic and
+	// the subscriptions exist and stops it with SIGTERM at the end.
+	Bridge func(env []string) *exec.Cmd
+	// Progress is told what the run is doing (nil: nothing).
+	Progress func(string)
+}
+
+// Result is what `bridge bench pipeline` prints. Field names are stable:
+// new ones are added, none renamed.
+type Result struct {
+	OfferedRate   int     `json:"offered_events_per_second"`
+	AchievedRate  float64 `json:"achieved_events_per_second"`
+	Subscriptions int     `json:"subscriptions"`
+	Writers       int     `json:"writers"`
+	TxEvents      int     `json:"events_per_transaction"`
+	Assets        int     `json:"assets"`
+	Partitions    int32   `json:"partitions"`
+	Events        int     `json:"events"`
+	Webhooks      int64   `json:"webhooks_expected"`
+	LoadSeconds   float64 `json:"load_seconds"`
+	// commit→webhook received, over every (event, subscription).
+	LatencyP50Ms float64 `json:"latency_p50_ms"`
+	LatencyP95Ms float64 `json:"latency_p95_ms"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	LatencyMaxMs float64 `json:"latency_max_ms"`
+	// Each stage's rate over the load (what it had done when the load
+	// ended, per second of load): events sent to Kafka, delivery rows the
+	// consumer wrote, webhooks the receiver acknowledged.
+	RelayPerSecond    float64 `json:"relay_events_per_second"`
+	ConsumerPerSecond float64 `json:"consumer_deliveries_per_second"`
+	WebhooksPerSecond float64 `json:"webhooks_per_second"`
+	// Lag when the load ended: outbox rows not yet sent, deliveries the
+	// consumer had not written yet (events × subscriptions − rows), rows
+	// not yet delivered, and webhooks not yet received.
+	LagOutbox     int64 `json:"lag_outbox_rows_at_end"`
+	LagConsumer   int64 `json:"lag_consumer_deliveries_at_end"`
+	LagDeliveries int64 `json:"lag_deliveries_at_end"`
+	LagWebhooks   int64 `json:"lag_webhooks_at_end"`
+	// DrainSeconds: from the end of the load until the last webhook.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// The bridge process: peak resident memory (VmHWM) and its CPU over
+	// the run, in cores (0 when /proc cannot show them).
+	BridgePeakRSSMiB float64 `json:"bridge_peak_rss_mib"`
+	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
+	// What the receiver saw (all must be 0).
+	OrderViolations   int   `json:"order_violations"`
+	Duplicates        int   `json:"duplicates"`
+	Overlaps          int   `json:"overlapping_requests"`
+	SignatureFailures int   `json:"signature_failures"`
+	NotDelivered      int64 `json:"not_delivered"`
+	// Minutes: latency minute by minute (by arrival time).
+	Minutes []Minute `json:"minutes"`
+}
+
+// Minute is one minute of the run.
+type Minute struct {
+	Minute       int     `json:"minute"`
+	Webhooks     int     `json:"webhooks"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+}
+
+// ErrShortOfRate: the writers did not commit the offered rate, so the run
+// does not show the bridge at that rate (the result is still returned).
+var ErrShortOfRate = relaybench.ErrShortOfRate
+
+func (o *Options) defaults() {
+	o.Rate = cmp.Or(o.Rate, 1000)
+	o.Subscriptions = cmp.Or(o.Subscriptions, 3)
+	o.Duration = cmp.Or(o.Duration, 5*time.Minute)
+	o.Writers = cmp.Or(o.Writers, 8)
+	o.TxEvents = cmp.Or(o.TxEvents, 10)
+	o.Assets = cmp.Or(o.Assets, 1000)
+	o.Partitions = cmp.Or(o.Partitions, 6)
+	o.DrainTimeout = cmp.Or(o.DrainTimeout, 2*time.Minute)
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// arrivals matches each committed event with its webhooks.
+type arrivals struct {
+	mu        sync.Mutex
+	committed map[string]time.Time   // dedup id → COMMIT returned
+	early     map[string][]time.Time // received before the writer noted its commit
+	samples   []sample
+}
+
+type sample struct {
+	at time.Time
+	ms float32
+}
+
+func (a *arrivals) commit(ids []string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		a.committed[id] = at
+		for _, r := range a.early[id] {
+			// Received before COMMIT returned to the writer: the commit was
+			// no later than the arrival.
+			a.samples = append(a.samples, sample{at: r, ms: float32(max(0, r.Sub(at).Seconds()*1000))})
+		}
+		delete(a.early, id)
+	}
+}
+
+func (a *arrivals) received(id string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.committed[id]
+	if !ok {
+		a.early[id] = append(a.early[id], at)
+		return
+	}
+	a.samples = append(a.samples, sample{at: at, ms: float32(at.Sub(c).Seconds() * 1000)})
+}
+
+// Run performs one run on pool (a migrated database of its own, which the
+// bridge process reaches at o.DatabaseURL) against the brokers of kafkaOpts.
+func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options) (*Result, error) {
+	o.defaults()
+	if o.Bridge == nil || o.DatabaseURL == "" {
+		return nil, errors.New("pipelinebench: Bridge and DatabaseURL are required")
+	}
+	res := &Result{OfferedRate: o.Rate, Subscriptions: o.Subscriptions, Writers: o.Writers, TxEvents: o.TxEvents,
+		Assets: o.Assets, Partitions: o.Partitions}
+
+	kc, err := kgo.NewClient(kafkaOpts...)
+	if err != nil {
+		return nil, err
+	}
+	defer kc.Close()
+	adm := kadm.NewClient(kc)
+	stamp := time.Now().UnixNano()
+	topic := fmt.Sprintf("bridge-bench-pipeline-%d", stamp)
+	if _, err := adm.CreateTopic(ctx, o.Partitions, -1, nil, topic); err != nil {
+		return nil, fmt.Errorf("create bench topic: %w", err)
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
+
+	// The receiver, one path per subscription.
+	arr := &arrivals{committed: map[string]time.Time{}, early: map[string][]time.Time{}}
+	rc := webhooktest.New()
+	rc.Gapless = true
+	rc.Observe = func(r *webhooktest.Request) {
+		if r.Outcome == webhooktest.Accepted && r.Envelope.Type == "bench.live" {
+			arr.received(r.WebhookID, r.Received)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	subs := store.NewSubscriptionStore(pool, true, 0)
+	for i := range o.Subscriptions {
+		u := fmt.Sprintf("http://%s/s/%d", ln.Addr(), i)
+		s, err := subs.Create(ctx, store.SubscriptionInput{URL: &u, EventTypes: []string{"*"}, Topic: &topic})
+		if err != nil {
+			return nil, err
+		}
+		if err := rc.SetSecret("/s/"+strconv.Itoa(i), s.Secret); err != nil {
+			return nil, err
+		}
+	}
+
+	// The bridge, in a process of its own.
+	cmd := o.Bridge([]string{
+		"DATABASE_URL=" + o.DatabaseURL,
+		"CONSUMER_TOPICS=" + topic,
+		"CONSUMER_GROUP=" + topic,
+		"HTTP_ADDR=off",
+		"WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8",
+		"WEBHOOK_ALLOW_HTTP=true",
+		"LOG_LEVEL=" + cmp.Or(os.Getenv("LOG_LEVEL"), "warn"),
+	})
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the bridge: %w", err)
+	}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(exited) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			return exitErr
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("the bridge did not stop within 30s of SIGTERM")
+		}
+	}
+	defer func() { _ = stop() }()
+	pid := cmd.Process.Pid
+	cpuBefore, cpuOK := processCPU(pid)
+	began := time.Now()
+
+	// Warm-up: one event per subscription's worth of stages — when it has
+	// arrived everywhere, the consumer has joined its group and every stage
+	// is running, so the load measures the pipeline, not its start.
+	o.Progress("waiting for the bridge: one warm-up event through every stage")
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := outbox.EnqueueBatch(ctx, tx, []outbox.Event{{Topic: topic, AssetID: "warm-up", EventType: "bench.warmup", Payload: []byte(`{}`)}})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("warm-up event: %w", err)
+	}
+	if err := waitFor(ctx, exited, 3*time.Minute, func() bool { return rc.Stats().Accepted >= o.Subscriptions }); err != nil {
+		return nil, fmt.Errorf("warm-up event not received by every subscription: %w", err)
+	}
+
+	o.Progress(fmt.Sprintf("offering %d events/s × %d subscriptions for %s (%d writers, %d events per transaction)",
+		o.Rate, o.Subscriptions, o.Duration, o.Writers, o.TxEvents))
+	loadStart := time.Now()
+	events, achieved, err := relaybench.Offer(ctx, pool, relaybench.Load{Topic: topic, Assets: o.Assets, Rate: o.Rate,
+		Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, arr.commit)
+	if err != nil {
+		return nil, err
+	}
+	loadEnd := time.Now()
+	res.LoadSeconds = loadEnd.Sub(loadStart).Seconds()
+	res.Events, res.AchievedRate = events, achieved
+	res.Webhooks = int64(events) * int64(o.Subscriptions)
+	warm := int64(o.Subscriptions)
+
+	// Where every stage was when the load ended.
+	var sent, rows, delivered int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'SENT') FROM bridge.outbox WHERE event_type = 'bench.live'`).Scan(&sent); err != nil {
+		return nil, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'delivered') FROM bridge.deliveries WHERE event_type = 'bench.live'`).Scan(&rows, &delivered); err != nil {
+		return nil, err
+	}
+	got := int64(rc.Stats().Accepted) - warm
+	res.LagOutbox = int64(events) - sent
+	res.LagConsumer = res.Webhooks - rows
+	res.LagDeliveries = res.Webhooks - delivered
+	res.LagWebhooks = res.Webhooks - got
+	res.RelayPerSecond = float64(sent) / res.LoadSeconds
+	res.ConsumerPerSecond = float64(rows) / res.LoadSeconds
+	res.WebhooksPerSecond = float64(got) / res.LoadSeconds
+	o.Progress(fmt.Sprintf("load done: %d events committed (%.0f/s); lag: outbox %d, consumer %d, deliveries %d, webhooks %d",
+		events, achieved, res.LagOutbox, res.LagConsumer, res.LagDeliveries, res.LagWebhooks))
+
+	drainErr := waitFor(ctx, exited, o.DrainTimeout, func() bool { return int64(rc.Stats().Accepted)-warm >= res.Webhooks })
+	res.DrainSeconds = time.Since(loadEnd).Seconds()
+	if cpuAfter, ok := processCPU(pid); ok && cpuOK {
+		res.BridgeCPUCores = (cpuAfter - cpuBefore).Seconds() / time.Since(began).Seconds()
+	}
+	res.BridgePeakRSSMiB = peakRSS(pid)
+	if err := stop(); err != nil {
+		return nil, fmt.Errorf("the bridge: %w", err)
+	}
+
+	st := rc.Stats()
+	res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures = st.OrderViolations, st.Duplicates, st.Overlaps, st.SignatureFailures
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status <> 'delivered'`).Scan(&res.NotDelivered); err != nil {
+		return nil, err
+	}
+	arr.mu.Lock()
+	samples := slices.Clone(arr.samples)
+	arr.mu.Unlock()
+	ms := make([]float64, len(samples))
+	for i, s := range samples {
+		ms[i] = float64(s.ms)
+	}
+	slices.Sort(ms)
+	res.LatencyP50Ms, res.LatencyP95Ms, res.LatencyP99Ms, res.LatencyMaxMs = pct(ms, 0.5), pct(ms, 0.95), pct(ms, 0.99), pct(ms, 1)
+	last := loadEnd.Add(time.Duration(res.DrainSeconds * float64(time.Second)))
+	for m := 0; loadStart.Add(time.Duration(m) * time.Minute).Before(last); m++ {
+		from, to := loadStart.Add(time.Duration(m)*time.Minute), loadStart.Add(time.Duration(m+1)*time.Minute)
+		var xs []float64
+		for _, s := range samples {
+			if !s.at.Before(from) && s.at.Before(to) {
+				xs = append(xs, float64(s.ms))
+			}
+		}
+		slices.Sort(xs)
+		res.Minutes = append(res.Minutes, Minute{Minute: m + 1, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99)})
+	}
+	if drainErr != nil {
+		return res, fmt.Errorf("not every webhook arrived within %s of the load's end (%d of %d): %w",
+			o.DrainTimeout, int64(st.Accepted)-warm, res.Webhooks, drainErr)
+	}
+	if achieved < 0.98*float64(o.Rate) {
+		return res, fmt.Errorf("%w: committed %.0f events/s of the %d offered", ErrShortOfRate, achieved, o.Rate)
+	}
+	return res, nil
+}
+
+// waitFor polls cond until it holds, the bridge exits, or timeout passes.
+func waitFor(ctx context.Context, exited <-chan struct{}, timeout time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errors.New("the bridge exited (see its log above)")
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// pct is the p-quantile of sorted xs (0 when empty).
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
+}
+
+// processCPU is user+system CPU of pid so far, from /proc.
+func processCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which may hold spaces) in parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks, true
+}
+
+// peakRSS is VmHWM of pid in MiB (0 when /proc cannot show it).
+func peakRSS(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

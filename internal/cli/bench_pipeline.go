@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxbridge/bridge/internal/bench/pipelinebench"
+	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
+)
+
+func init() { registerBench(newBenchPipelineCmd) }
+
+func newBenchPipelineCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "pipeline [--rate R] [--subscriptions S] [--duration D]",
+		Short: "End to end at a fixed offered rate: commit→webhook latency, each stage's rate and lag, the bridge's memory",
+		Long: `bench pipeline creates a scratch database next to DATABASE_URL's (it needs
+CREATEDB; dropped afterwards), a fresh topic on KAFKA_BROKERS and S
+subscriptions pointing at an in-process loopback receiver that verifies
+every signature and checks per-(subscription, asset) order. It starts
+` + "`bridge run`" + ` (relay + consume + deliver, this binary, in a process of its own
+so that its memory is measured alone), sends one warm-up event through every
+stage, then offers R events/s for D — from --writers writers committing
+--tx-events events per transaction (single-event commits are bound by the
+WAL flush) — and reports:
+
+  - commit→webhook-received latency p50/p95/p99/max over every (event,
+    subscription), and p99 minute by minute;
+  - each stage's rate over the load (relay events/s, consumer delivery
+    rows/s, webhooks/s) and each stage's lag when the load ended, then the
+    time to drain it;
+  - the bridge process's peak resident memory and its CPU (cores);
+  - the rate the writers achieved: a run short of the offered rate does not
+    count (exit 1, results still printed);
+  - order violations, duplicates, overlapping requests, signature failures
+    and rows not delivered (all must be 0).
+
+RELAY_*, CONSUMER_* and WEBHOOK_* settings reach the bridge process as they
+are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR and
+WEBHOOK_ALLOWED_CIDRS are the run's own.`,
+		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
+  bridge bench pipeline
+  bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(c)
+	rate := c.Flags().Int("rate", 1000, "offered events/s")
+	subs := c.Flags().Int("subscriptions", 3, "subscriptions; each receives every event")
+	duration := c.Flags().Duration("duration", 5*time.Minute, "how long the load is offered")
+	writers := c.Flags().Int("writers", 8, "concurrent writers of the load")
+	txEvents := c.Flags().Int("tx-events", 10, "events per committed transaction")
+	assets := c.Flags().Int("assets", 1000, "assets the events are keyed over")
+	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
+	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
+	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 {
+			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2")
+		}
+		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
+		if err != nil {
+			return err
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this binary to run the bridge: %w", err)
+		}
+		ctx := cmd.Context()
+		pool, drop, err := scratchDatabase(ctx, cfg, *conns)
+		if err != nil {
+			return err
+		}
+		defer func() { pool.Close(); drop() }()
+		kopts, err := kafkaclient.Options(cfg.Kafka, nil)
+		if err != nil {
+			return err
+		}
+		stderr := cmd.ErrOrStderr()
+		res, err := pipelinebench.Run(ctx, pool, kopts, pipelinebench.Options{
+			Rate: *rate, Subscriptions: *subs, Duration: *duration, Writers: *writers, TxEvents: *txEvents,
+			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain,
+			DatabaseURL: withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database),
+			Bridge: func(env []string) *exec.Cmd {
+				bc := exec.CommandContext(ctx, exe, "run")
+				bc.Env = append(os.Environ(), env...)
+				bc.Stdout, bc.Stderr = stderr, stderr
+				return bc
+			},
+			Progress: func(s string) { fmt.Fprintln(stderr, "bench pipeline: "+s) },
+		})
+		if res != nil {
+			if *out == "json" {
+				if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+					return perr
+				}
+			} else if perr := printBenchPipeline(cmd, res); perr != nil {
+				return perr
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if res.OrderViolations > 0 || res.Overlaps > 0 || res.SignatureFailures > 0 || res.NotDelivered > 0 {
+			return fmt.Errorf("%d order violations, %d overlapping requests, %d signature failures, %d deliveries not delivered",
+				res.OrderViolations, res.Overlaps, res.SignatureFailures, res.NotDelivered)
+		}
+		return nil
+	}
+	return c
+}
+
+func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
+	rows := [][]string{
+		{"load", fmt.Sprintf("%d events/s offered × %d subscriptions, %.0f achieved; %d events in %.0fs (%d writers, %d events/tx, %d assets, %d partitions)",
+			res.OfferedRate, res.Subscriptions, res.AchievedRate, res.Events, res.LoadSeconds, res.Writers, res.TxEvents, res.Assets, res.Partitions)},
+		{"commit→webhook latency", fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms", res.LatencyP50Ms, res.LatencyP95Ms, res.LatencyP99Ms, res.LatencyMaxMs)},
+		{"stage rates over the load", fmt.Sprintf("relay %.0f events/s, consumer %.0f deliveries/s, webhooks %.0f/s", res.RelayPerSecond, res.ConsumerPerSecond, res.WebhooksPerSecond)},
+		{"lag when the load ended", fmt.Sprintf("outbox %d rows, consumer %d deliveries, deliverer %d rows, webhooks %d; drained %.1fs later",
+			res.LagOutbox, res.LagConsumer, res.LagDeliveries, res.LagWebhooks, res.DrainSeconds)},
+		{"bridge process", fmt.Sprintf("peak RSS %.1f MiB, CPU %.2f cores", res.BridgePeakRSSMiB, res.BridgeCPUCores)},
+		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
+			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
+	}
+	for _, m := range res.Minutes {
+		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d webhooks, latency p99 %.1f ms", m.Webhooks, m.LatencyP99Ms)})
+	}
+	return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
+}

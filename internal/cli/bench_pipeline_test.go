@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/pgtest"
+)
+
+// TestBenchPipelineEndToEnd runs `bridge bench pipeline` for 3 s at 100
+// events/s × 2 subscriptions against the real broker: the bridge process
+// starts, every event reaches every subscription in order with a verified
+// signature, and the JSON reports the latency, stage rates and memory.
+// Cost: about 10–15 s (scratch database, consumer group join, the run).
+func TestBenchPipelineEndToEnd(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.RealBrokers(t)
+	r := bridge(t, map[string]string{"DATABASE_URL": pgtest.AdminURL(), "KAFKA_BROKERS": strings.Join(brokers, ","),
+		"BRIDGE_ALLOW_PLAINTEXT_SECRETS": "true"},
+		"bench", "pipeline", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--writers", "2", "--assets", "20", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	var res struct {
+		Events            int     `json:"events"`
+		Webhooks          int64   `json:"webhooks_expected"`
+		Achieved          float64 `json:"achieved_events_per_second"`
+		P50               float64 `json:"latency_p50_ms"`
+		Relay             float64 `json:"relay_events_per_second"`
+		Webhook           float64 `json:"webhooks_per_second"`
+		RSS               float64 `json:"bridge_peak_rss_mib"`
+		OrderViolations   int     `json:"order_violations"`
+		Overlaps          int     `json:"overlapping_requests"`
+		SignatureFailures int     `json:"signature_failures"`
+		NotDelivered      int64   `json:"not_delivered"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("output is not the JSON result: %v\n%s", err, r.stdout)
+	}
+	if res.Events != 300 || res.Webhooks != 600 {
+		t.Errorf("events %d, webhooks expected %d; want 300 and 600", res.Events, res.Webhooks)
+	}
+	if res.OrderViolations+res.Overlaps+res.SignatureFailures != 0 || res.NotDelivered != 0 {
+		t.Errorf("order violations %d, overlaps %d, signature failures %d, not delivered %d: all must be 0",
+			res.OrderViolations, res.Overlaps, res.SignatureFailures, res.NotDelivered)
+	}
+	if res.P50 <= 0 || res.Relay <= 0 || res.Webhook <= 0 || res.RSS <= 0 {
+		t.Errorf("latency p50 %.1f ms, relay %.0f/s, webhooks %.0f/s, bridge RSS %.1f MiB: each must be measured", res.P50, res.Relay, res.Webhook, res.RSS)
+	}
+}
+
+func TestBenchPipelineRefusesBadFlagsWithExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--rate", "0"}, {"--duration", "10ms"}, {"--subscriptions", "0"}} {
+		r := bridge(t, map[string]string{}, append([]string{"bench", "pipeline"}, args...)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, args[0]) {
+			t.Errorf("bench pipeline %v: exit %d, stderr %q; want %d naming %s", args, r.code, r.stderr, ExitUsage, args[0])
+		}
+	}
+}
