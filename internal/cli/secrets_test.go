@@ -63,6 +63,10 @@ func TestSecretsCLIRotateKey(t *testing.T) {
 			t.Errorf("bridge %s without keys: exit %d, stderr %q", strings.Join(args, " "), code, stderr)
 		}
 	}
+	// bridge config says what it takes.
+	if out := mustRunBridge(t, "config"); !strings.Contains(out, "BRIDGE_SECRET_KEYS                      (not set: required by deliver, run, secret writes and the admin API; format: <id>:<base64 of 32 random bytes>") {
+		t.Errorf("bridge config without keys:\n%s", out)
+	}
 	// Plain text, allowed explicitly (as before the key ring existed).
 	t.Setenv("BRIDGE_ALLOW_PLAINTEXT_SECRETS", "true")
 	plain := []string{create("https://p1.example/"), create("https://p2.example/")}
@@ -79,6 +83,9 @@ func TestSecretsCLIRotateKey(t *testing.T) {
 
 	// A new key first: status, then rotate-key.
 	t.Setenv("BRIDGE_SECRET_KEYS", keyringtest.Keys)
+	if out := mustRunBridge(t, "config"); !strings.Contains(out, "[REDACTED] keys: test-2 (encrypts), test-1") || strings.Contains(out, strings.Split(test1Only, ":")[1]) {
+		t.Errorf("bridge config with keys:\n%s", out)
+	}
 	status := mustRunBridge(t, "secrets", "status")
 	for _, want := range []string{"(plain text)  2", "test-1        1        older: run rotate-key"} {
 		if !strings.Contains(status, want) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -132,6 +133,12 @@ func newConfigCmd() *cobra.Command {
 			cfg = full
 		}
 		settings := cfg.Settings()
+		for i := range settings {
+			if settings[i].Var == keyring.Var && settings[i].Value == "" {
+				// Where an operator looks first: what it takes.
+				settings[i].Value = secretKeysUnset
+			}
+		}
 		if ce != nil {
 			for i := range settings {
 				if settings[i].Var == ce.Var {
@@ -159,6 +166,9 @@ func newConfigCmd() *cobra.Command {
 
 // missingValue marks a required variable that is not set in `bridge config`.
 const missingValue = "(missing: required)"
+
+// secretKeysUnset is how `bridge config` shows an unset BRIDGE_SECRET_KEYS.
+const secretKeysUnset = "(not set: required by deliver, run, secret writes and the admin API; format: " + keyring.Format + ")"
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -210,6 +211,20 @@ func TestComposeAdminTokenIsLongEnough(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no service sets ADMIN_TOKEN")
+	}
+}
+
+// The compose file's default key ring is the published development key
+// (which start-up warns about), and BRIDGE_SECRET_KEYS from the shell
+// replaces it.
+func TestComposeKeyRingIsTheDevKeyUnlessSet(t *testing.T) {
+	t.Parallel()
+	if got := environment(service(t, load(t, nil), "deliver"))["BRIDGE_SECRET_KEYS"]; got != keyring.DevKeys {
+		t.Errorf("deliver's default BRIDGE_SECRET_KEYS is %q, want the published dev key %q", got, keyring.DevKeys)
+	}
+	const own = "k1:QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="
+	if got := environment(service(t, load(t, map[string]string{"BRIDGE_SECRET_KEYS": own}), "deliver"))["BRIDGE_SECRET_KEYS"]; got != own {
+		t.Errorf("BRIDGE_SECRET_KEYS=%q from the shell gives deliver %q", own, got)
 	}
 }
 
