@@ -31,8 +31,8 @@ type Claimed struct {
 	// the batch (the same for every row of one claim).
 	Claimable int `db:"claimable"`
 	// PredecessorStatus is, on an asset's first row in the batch, the status
-	// of the asset's event just before it (nil elsewhere, and for an
-	// asset's first event).
+	// of the asset's event just before it (nil elsewhere, for an asset's
+	// first event, and when that event is in ClaimParams.Acked).
 	PredecessorStatus *string `db:"predecessor_status"`
 	// FloorSeq is the lowest seq still NEW in the claimed lanes above the
 	// scan's start (the same for every row of one claim); see claimSQL.
@@ -58,11 +58,17 @@ func (w *Claimed) AssetKey() string {
 // one-time filter over the whole statement — every lane asked for must still
 // be held — so it costs one lookup per claim, not one per row.
 //
-// The first NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
+// The NOT EXISTS is the per-asset hold (docs/failure-modes.md §3): asset X's row 5 failed and
 // waits for its retry; without the hold, the next claim would hand out X's
 // row 6 and Kafka would see 6 before 5. A row whose earlier sibling waits is
 // skipped; rows of every other asset still flow. A FAILED row is not NEW, so
-// a parked row holds nothing back.
+// a parked row holds nothing back. The waiting rows are read once per claim
+// (MATERIALIZED), above the floor $9 (every NEW row of the lanes is above
+// it, a waiting one too: it was claimed before it was charged): with few
+// live NEW rows the planner once ran the probe per claimed row as a walk of
+// all of outbox_new_by_seq, and while a transaction pinned the xmin horizon
+// that index held 590,000 dead entries — every claim timed out after 30 s.
+// Every read of that index here starts at a seq ($4, $9) for that reason.
 //
 // Sizes are checked here, not after reading (payload_bytes, migration
 // 00011): a row whose payload is over $7 bytes comes back with its size and
@@ -95,7 +101,16 @@ func (w *Claimed) AssetKey() string {
 // returns the status of every claimed asset's predecessor (below), and the
 // relay holds an asset whose predecessor is still NEW.
 const claimSQL = `
-WITH c AS (
+WITH waiting AS MATERIALIZED (
+  SELECT coalesce(e.asset_id, '') AS asset_key, min(e.seq) AS seq
+  FROM bridge.outbox e
+  WHERE e.status = 'NEW'
+    AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
+    AND e.next_attempt_at > now()
+    AND e.seq > $9
+  GROUP BY 1
+),
+c AS (
   SELECT o.id, o.seq, o.asset_seq, o.topic, o.asset_id, o.lane, o.event_type, o.payload, o.payload_bytes,
          o.headers, o.traceparent, o.tracestate, o.attempts, o.created_at, o.replayed_at,
          -- bytes this row costs the batch: an oversized row's payload is
@@ -109,12 +124,7 @@ WITH c AS (
     AND o.next_attempt_at <= now()
     AND o.seq <> ALL($3::bigint[]) -- the batch whose outcomes are being written
     AND NOT EXISTS (
-      SELECT 1 FROM bridge.outbox e
-      WHERE e.status = 'NEW'
-        AND e.attempts > 0 -- only a charged row can be waiting; keeps the probe on a tiny index
-        AND coalesce(e.asset_id, '') = coalesce(o.asset_id, '')
-        AND e.seq < o.seq
-        AND e.next_attempt_at > now())
+      SELECT 1 FROM waiting w WHERE w.asset_key = coalesce(o.asset_id, '') AND w.seq < o.seq)
   ORDER BY o.seq
   LIMIT $2
 ),
@@ -122,8 +132,11 @@ budget AS (
   SELECT c.*, sum(cost) OVER (ORDER BY seq) AS running, count(*) OVER () AS claimable FROM c
 ),
 batch AS (
-  SELECT * FROM budget
-  WHERE running - cost < $8 -- the row starts within the byte budget (the first always does)
+  SELECT b.*, a.asset_seq IS NOT NULL AS predecessor_acked
+  FROM budget b
+  LEFT JOIN unnest($10::text[], $11::bigint[]) AS a(asset_key, asset_seq)
+    ON a.asset_key = coalesce(b.asset_id, '') AND a.asset_seq = b.asset_seq - 1
+  WHERE b.running - b.cost < $8 -- the row starts within the byte budget (the first always does)
 )
 SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        CASE WHEN payload_bytes <= $7 THEN payload::text ELSE '' END AS payload, payload_bytes,
@@ -140,8 +153,12 @@ SELECT id, seq, asset_seq, topic, asset_id, lane, event_type,
        -- is gapless, so "the one before" is a point lookup on the unique
        -- (asset, asset_seq) index, whatever the table's history). A NEW
        -- predecessor that is not being settled means an earlier event of the
-       -- asset has not gone out yet, and the asset's rows wait.
-       CASE WHEN asset_seq > 1 AND row_number() OVER (PARTITION BY coalesce(asset_id, '') ORDER BY seq) = 1 THEN
+       -- asset has not gone out yet, and the asset's rows wait. A
+       -- predecessor the caller says the broker acked ($10/$11: the batch
+       -- being settled) is not looked up — whatever its status, the asset
+       -- may go on — which spares the drain a lookup per asset per batch.
+       CASE WHEN asset_seq > 1 AND NOT predecessor_acked
+                 AND row_number() OVER (PARTITION BY coalesce(asset_id, '') ORDER BY seq) = 1 THEN
          (SELECT p.status FROM bridge.outbox p
           WHERE coalesce(p.asset_id, '') = coalesce(batch.asset_id, '') AND p.asset_seq = batch.asset_seq - 1)
        END AS predecessor_status
@@ -155,9 +172,14 @@ type ClaimParams struct {
 	Margin time.Duration // lease that must be left on every lane
 	Limit  int           // rows at most
 	After  int64         // only rows with seq above it: the resume cursor or the floor (0: all)
+	Floor  int64         // every NEW row of Lanes has a seq above it (0: unknown)
 	// Exclude are seqs of rows still being settled: they are NEW until the
 	// settlement is written and must not be claimed twice.
 	Exclude []int64
+	// Acked maps an asset key to the highest asset_seq of it the broker
+	// acked in the batch still being settled: its successor needs no
+	// predecessor lookup.
+	Acked map[string]int64
 	// MaxPayloadBytes: a larger payload is not returned (only its size).
 	MaxPayloadBytes int
 	// BatchBytes bounds the payload bytes one claim returns.
@@ -171,7 +193,13 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 	if exclude == nil {
 		exclude = []int64{}
 	}
-	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes)
+	ackedKeys := make([]string, 0, len(p.Acked))
+	ackedSeqs := make([]int64, 0, len(p.Acked))
+	for k, n := range p.Acked {
+		ackedKeys, ackedSeqs = append(ackedKeys, k), append(ackedSeqs, n)
+	}
+	rows, err := db.Query(ctx, claimSQL, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor,
+		ackedKeys, ackedSeqs)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}

@@ -18,7 +18,7 @@ type row = outboxstore.Claimed
 // claim reads the next batch. See outboxstore's claimSQL for where the scan
 // starts: after the last row claimed while a drain is under way, and from the
 // floor whenever the relay caught up or the poll interval passed.
-func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row, bool, error) {
+func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([]*row, bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	if !slices.Equal(lanes, r.floorLanes) {
@@ -34,10 +34,20 @@ func (r *Relay) claim(ctx context.Context, lanes []int, exclude []int64) ([]*row
 		after = r.floor
 		r.lastFloorScan = time.Now()
 	}
+	margin := r.cfg.LeaseTimeout / 2
+	if late := r.lanes.sinceRenewed(); late > r.cfg.LeaseTimeout-margin && time.Since(r.fenceWarned) > 10*time.Second {
+		// The fence refuses every claim now, and an empty claim looks like
+		// an empty outbox: without this line a relay whose lease upkeep
+		// cannot keep up (a starved machine, a slow disk under its commits)
+		// stalls with its rows NEW and says nothing.
+		r.fenceWarned = time.Now()
+		r.log.WarnContext(ctx, "lane leases not renewed in time: the fence refuses claims until the upkeep catches up",
+			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
+	}
 	started := time.Now()
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
-		Member: r.cfg.MemberID, Lanes: lanes, Margin: r.cfg.LeaseTimeout / 2,
-		Limit: r.cfg.BatchSize, After: after, Exclude: exclude,
+		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
+		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
 		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
 	})
 	if err != nil {
@@ -72,6 +82,29 @@ func (r *Relay) lowerFloor(above int64) {
 	}
 }
 
+// excluded are the seqs of the settlement being written (nil: none): NEW
+// until it commits, and not to be claimed again meanwhile.
+func (s *settlement) excluded() []int64 {
+	if s == nil {
+		return nil
+	}
+	return s.seqs
+}
+
+// acked maps each asset of the settlement being written to the highest
+// asset_seq of it the broker acked (nil settlement: empty).
+func (s *settlement) acked() map[string]int64 {
+	out := map[string]int64{}
+	if s == nil {
+		return out
+	}
+	for _, i := range s.sent {
+		w := s.rows[i]
+		out[w.AssetKey()] = max(out[w.AssetKey()], w.AssetSeq)
+	}
+	return out
+}
+
 // inOrder keeps, per asset, only the claimed rows that can go out now: the
 // asset's first claimed row must follow an event that is no longer NEW (or
 // was acked in the batch whose outcome is being written), and the rows after
@@ -79,13 +112,7 @@ func (r *Relay) lowerFloor(above int64) {
 // claimed again by a later cycle, in order. This is what makes the claim's
 // resume cursor safe (see outboxstore's claimSQL).
 func (r *Relay) inOrder(claimed []*row, inflight *settlement) []*row {
-	acked := map[string]int64{} // asset → highest asset_seq acked in flight
-	if inflight != nil {
-		for _, i := range inflight.sent {
-			w := inflight.rows[i]
-			acked[w.AssetKey()] = max(acked[w.AssetKey()], w.AssetSeq)
-		}
-	}
+	acked := inflight.acked()
 	blocked := map[string]bool{}
 	for _, w := range claimed {
 		// Set on each asset's first row of the claim (see outboxstore).

@@ -14,11 +14,7 @@ import (
 // returns the settlement to write; nil when nothing was claimed.
 func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (cycleResult, *settlement, error) {
 	started := time.Now()
-	var exclude []int64
-	if inflight != nil {
-		exclude = inflight.seqs
-	}
-	claimed, more, err := r.claim(ctx, lanes, exclude)
+	claimed, more, err := r.claim(ctx, lanes, inflight)
 	if err != nil || len(claimed) == 0 {
 		return cycleResult{}, nil, err
 	}

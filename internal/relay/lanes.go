@@ -35,6 +35,9 @@ type laneKeeper struct {
 	// loop releases them between cycles, never under rows in flight.
 	surplus int
 	changed chan struct{}
+	// renewedAt is when the last successful renewal was sent: the leases it
+	// renewed expire no earlier than a lease after it.
+	renewedAt time.Time
 }
 
 func newLaneKeeper(pool *pgxpool.Pool, memberID, hostname string, lease time.Duration, logger *slog.Logger) *laneKeeper {
@@ -120,6 +123,7 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 	if _, err := k.pool.Exec(ctx, heartbeatMemberSQL, k.memberID, k.hostname, interval(k.lease)); err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
+	renewing := time.Now()
 	rows, err := k.pool.Query(ctx, renewLanesSQL, k.memberID, interval(k.lease))
 	if err != nil {
 		return fmt.Errorf("renew lane leases: %w", err)
@@ -173,6 +177,7 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 		}
 	}
 	k.owned = renewed
+	k.renewedAt = renewing
 	k.surplus = max(0, len(renewed)-target)
 	surplus := k.surplus
 	k.mu.Unlock()
@@ -186,6 +191,13 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 		k.notify()
 	}
 	return nil
+}
+
+// sinceRenewed is how long ago the last successful renewal was sent.
+func (k *laneKeeper) sinceRenewed() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return time.Since(k.renewedAt)
 }
 
 func (k *laneKeeper) hasSurplus() bool {

@@ -41,6 +41,8 @@ type Relay struct {
 	floorLanes    []int
 	lastFloorScan time.Time
 	lowered       atomic.Int64
+	// fenceWarned: when the claim last warned that the leases were late.
+	fenceWarned time.Time
 	// unchargedRetryUsed: a batch where nothing got through while a broker
 	// answered was already retried once without charging (see cycle).
 	unchargedRetryUsed bool

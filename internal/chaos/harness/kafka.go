@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,17 +61,38 @@ func (b *Broker) env() []string {
 // StartBroker starts a broker of the test's own.
 func StartBroker(t testing.TB) *Broker {
 	t.Helper()
-	needJava(t)
-	b := &Broker{t: t, State: baseDir(t, "chaos-kafka-"), Port: FreePort(t), cport: FreePort(t)}
-	t.Cleanup(func() { harnessKill(b.pidfile()) })
-	out, err := ServicesUp(b.t, b.env()...)
+	b, err := StartBrokerAsync(t)()
 	if err != nil {
-		t.Fatalf("services-up.sh (kafka on %d): %v\n%s", b.Port, err, out)
-	}
-	if b.launch, err = captureLaunch(b.pidfile(), filepath.Join(b.State, "kafka", "logs", "kafka.out")); err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// StartBrokerAsync begins starting a broker of the test's own in the
+// background (a JVM start and services-up.sh's readiness check: the
+// slowest part of a scenario's setup, so it overlaps the database's) and
+// returns the wait for it. The wait must be called before the test ends.
+func StartBrokerAsync(t testing.TB) func() (*Broker, error) {
+	t.Helper()
+	needJava(t)
+	b := &Broker{t: t, State: baseDir(t, "chaos-kafka-"), Port: FreePort(t), cport: FreePort(t)}
+	t.Cleanup(func() { harnessKill(b.pidfile()) })
+	done := make(chan error, 1)
+	go func() {
+		out, err := ServicesUp(b.t, b.env()...)
+		if err != nil {
+			done <- fmt.Errorf("services-up.sh (kafka on %d): %v\n%s", b.Port, err, out)
+			return
+		}
+		b.launch, err = captureLaunch(b.pidfile(), filepath.Join(b.State, "kafka", "logs", "kafka.out"))
+		done <- err
+	}()
+	return sync.OnceValues(func() (*Broker, error) {
+		if err := <-done; err != nil {
+			return nil, err
+		}
+		return b, nil
+	})
 }
 
 func (b *Broker) pidfile() string { return filepath.Join(b.State, "kafka", "kafka.pid") }
