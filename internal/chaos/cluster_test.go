@@ -159,7 +159,10 @@ func TestClusterLeaderKill(t *testing.T) {
 	p.WatchDrain(sctx, loadEnd)
 	wg.Wait()
 	waitFullISR(t, c.Addrs(), p.Topic, 2*time.Minute)
-	finish(t, p, "three-broker cluster: kill -9 of the partitions' leader", loadEnd, 90*time.Second, 0, 0, false,
+	// Drain bound: with replication factor 3 the pipeline has caught up
+	// before the killed broker is back (8 s after the load, 0 s after the
+	// restart, measured at load 15–45); a minute leaves room.
+	finish(t, p, "three-broker cluster: kill -9 of the partitions' leader", loadEnd, time.Minute, 0, 0, false,
 		map[string]any{"killed broker": killed, "leadership moved after": leaderMoved.Round(100 * time.Millisecond).String()})
 }
 
@@ -203,6 +206,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	<-loadDone
 	loadEnd = time.Now()
 	p.WatchDrain(sctx, loadEnd)
-	finish(t, p, "three-broker cluster: rolling restart", loadEnd, 90*time.Second, 0, 0, false,
+	// Drain bound as for the leader kill (measured 0.6 s).
+	finish(t, p, "three-broker cluster: rolling restart", loadEnd, time.Minute, 0, 0, false,
 		map[string]any{"steps": strings.Join(steps, "; ")})
 }

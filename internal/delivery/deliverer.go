@@ -80,6 +80,9 @@ func (d *Deliverer) Stats() Stats {
 	}
 }
 
+// outcomeQueues are the recorders' inputs (see Run).
+type outcomeQueues struct{ delivered, retries chan recorded }
+
 // recorded is a success or retry on its way to the recorder.
 type recorded struct {
 	res    store.Result
@@ -161,7 +164,16 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	// Room for every claim out: capacity, plus the slots lent by slow
 	// requests (at most one per worker, see sendLending).
 	jobs := make(chan store.Claim, d.capacity()+d.cfg.Workers)
-	results := make(chan recorded, d.capacity())
+	// Two recorders: successes (committed without waiting for the WAL
+	// flush) and retries (which wait for it). With one, a failing
+	// subscription put a retry in nearly every batch, every batch waited for
+	// its flush, and the other subscriptions' successes queued behind them.
+	// Their rows never overlap: a stream has one delivery in flight, and a
+	// retry does not touch its subscription's row.
+	results := outcomeQueues{
+		delivered: make(chan recorded, d.capacity()),
+		retries:   make(chan recorded, d.capacity()),
+	}
 	var workers, recorder, loops sync.WaitGroup
 	for range d.cfg.Workers {
 		workers.Go(func() {
@@ -172,7 +184,8 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	recorder.Go(func() { d.recordLoop(results) })
+	recorder.Go(func() { d.recordLoop(results.delivered) })
+	recorder.Go(func() { d.recordLoop(results.retries) })
 	loops.Go(func() {
 		notified := make(chan struct{}, 1)
 		go service.Listen(ctx, service.Listener{Pool: d.pool, Channel: notifyChannel, Logger: d.log}, notified)
@@ -210,7 +223,8 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	// Every outcome is written before the claims still held are released:
 	// releasing one whose answer is waiting in the recorder would send it
 	// again and un-charge an attempt that was made.
-	close(results)
+	close(results.delivered)
+	close(results.retries)
 	recorder.Wait()
 	loops.Wait()
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
@@ -434,7 +448,7 @@ func (d *Deliverer) prune(ctx context.Context) error {
 // process sends one claimed delivery. A success or a retry goes to the
 // recorder, which writes it with others (it reports true: the claim stays out
 // until then); a death or a release is written here.
-func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results chan<- recorded) bool {
+func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results outcomeQueues) bool {
 	logCtx := tracing.ContextWithRemoteParent(context.WithoutCancel(ctx), c.Traceparent, c.Tracestate)
 	log := d.log.With("delivery_id", c.ID, "dedup_id", c.EventID, "subscription_id", c.SubscriptionID,
 		"attempt", c.Attempts, "url", redactURL(c.URL))
@@ -460,7 +474,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 	}
 	if res.success() {
 		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDelivered)
-		results <- recorded{res: store.Result{Claim: &c, Kind: store.Delivered, Outcome: out}, ctx: logCtx, log: log, status: res.status}
+		results.delivered <- recorded{res: store.Result{Claim: &c, Kind: store.Delivered, Outcome: out}, ctx: logCtx, log: log, status: res.status}
 		return true
 	}
 	gone := res.status == http.StatusGone
@@ -486,7 +500,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 	d.cfg.Metrics.Attempt(res.status, res.duration, "retry")
 	scheduled := d.cfg.RetrySchedule[c.Attempts-1]
 	delay := retryDelay(scheduled, jitter(scheduled), res.retryAfter, res.hasRA)
-	results <- recorded{res: store.Result{Claim: &c, Kind: store.Retry, Outcome: out, RetryIn: delay}, ctx: logCtx, log: log, status: res.status}
+	results.retries <- recorded{res: store.Result{Claim: &c, Kind: store.Retry, Outcome: out, RetryIn: delay}, ctx: logCtx, log: log, status: res.status}
 	return true
 }
 
