@@ -20,6 +20,8 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
 // Log configures logging.
@@ -505,6 +507,51 @@ func (c Webhook) validate() error {
 	return err
 }
 
+// Secrets configures how webhook signing secrets are stored: sealed with
+// AES-256-GCM under a key ring (see docs/webhooks.md, "Signing secrets at
+// rest").
+type Secrets struct {
+	// BRIDGE_SECRET_KEYS: the key ring that encrypts signing secrets at rest:
+	// comma-separated <id>:<base64 of 32 random bytes> (make a key with
+	// `openssl rand -base64 32`; an id is up to 32 letters, digits, '-', '_'
+	// or '.'). The first key encrypts, every key decrypts: to rotate, put a
+	// new key first, run `bridge secrets rotate-key`, then drop the old one.
+	// Required by deliver, run, subscription create/rotate-secret and every
+	// process serving the admin API, unless BRIDGE_ALLOW_PLAINTEXT_SECRETS.
+	Keys []string `env:"BRIDGE_SECRET_KEYS" envSeparator:"," secret:"keyring"`
+	// BRIDGE_ALLOW_PLAINTEXT_SECRETS: true lets those commands run without
+	// BRIDGE_SECRET_KEYS, storing new signing secrets in plain text (anyone
+	// who can read the database or a backup can then forge webhooks); each
+	// start logs a warning. Not for production. Default false.
+	AllowPlaintext bool `env:"BRIDGE_ALLOW_PLAINTEXT_SECRETS" envDefault:"false"`
+
+	// ring is Keys parsed (Load); nil without keys.
+	ring *keyring.Ring
+}
+
+// Ring is the parsed BRIDGE_SECRET_KEYS; nil when it is not set.
+func (c Secrets) Ring() *keyring.Ring { return c.ring }
+
+func (c *Secrets) parse() error {
+	ring, err := keyring.Parse(c.Keys)
+	if err != nil {
+		// The item's position and id, never its key material.
+		return fieldError(keyring.Var, "", err.Error()+". Format: "+keyring.Format)
+	}
+	c.ring = ring
+	return nil
+}
+
+// Require refuses a command that writes or uses signing secrets without a
+// key ring, unless plain text is allowed; what names the command.
+func (c Secrets) Require(what string) error {
+	if c.ring != nil || c.AllowPlaintext {
+		return nil
+	}
+	return fieldError(keyring.Var, "", "is required by "+what+": it encrypts the webhook signing secrets at rest. Format: "+
+		keyring.Format+". BRIDGE_ALLOW_PLAINTEXT_SECRETS=true stores them in plain text instead (not for production)")
+}
+
 // Config is the whole configuration. Each command validates the parts it
 // uses (a relay does not need webhook settings to be sensible).
 type Config struct {
@@ -515,6 +562,7 @@ type Config struct {
 	Relay    Relay
 	Consumer Consumer
 	Webhook  Webhook
+	Secrets  Secrets
 }
 
 // Error is a configuration error naming the variable at fault.
@@ -547,6 +595,9 @@ type Needs struct {
 	Database bool
 	Kafka    bool
 	Topics   bool
+	// Secrets: the command writes or uses signing secrets, so it needs
+	// BRIDGE_SECRET_KEYS (or BRIDGE_ALLOW_PLAINTEXT_SECRETS=true).
+	Secrets bool
 }
 
 // Load reads every component from the environment (environ: nil means the
@@ -560,7 +611,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
-	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook}
+	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Secrets}
 	if needs.Database {
 		parts = append(parts, &cfg.Database)
 	} else {
@@ -574,12 +625,17 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 			return nil, describe(err, p)
 		}
 	}
-	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics)}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse()}
 	if needs.Database {
 		checks = append(checks, cfg.Database.validate())
 	}
 	for _, err := range checks {
 		if err != nil {
+			return nil, err
+		}
+	}
+	if needs.Secrets {
+		if err := cfg.Secrets.Require("this command (it writes or signs with webhook signing secrets)"); err != nil {
 			return nil, err
 		}
 	}
@@ -611,6 +667,10 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 	}
 	for _, name := range listVars() {
 		raw, ok := environ[name]
+		shown := raw
+		if secretVars()[name] {
+			shown = "" // a key ring's material must not reach an error
+		}
 		if !ok || strings.TrimSpace(raw) == "" {
 			continue
 		}
@@ -618,7 +678,7 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 		for i, it := range items {
 			items[i] = strings.TrimSpace(it)
 			if items[i] == "" {
-				return nil, fieldError(name, raw, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
+				return nil, fieldError(name, shown, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
 			}
 		}
 		environ[name] = strings.Join(items, ",")
@@ -636,6 +696,23 @@ func listVars() []string {
 			f := st.Field(j)
 			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
 				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// secretVars are the variables whose values are secret (a secret tag):
+// errors name them without their value.
+func secretVars() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		st := t.Field(i).Type
+		for j := 0; j < st.NumField(); j++ {
+			f := st.Field(j)
+			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("secret") != "" {
+				out[name] = true
 			}
 		}
 	}

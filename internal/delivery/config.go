@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
@@ -80,6 +81,9 @@ type Config struct {
 	Retention time.Duration
 	// PruneInterval: how often retention runs. Default 1m.
 	PruneInterval time.Duration
+	// Keys opens the sealed signing secrets (BRIDGE_SECRET_KEYS); nil opens
+	// only plain-text ones.
+	Keys *keyring.Ring
 	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
 	// set 127.0.0.0/8). Default none.
 	AllowedCIDRs []netip.Prefix

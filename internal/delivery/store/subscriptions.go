@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
 // bridge.subscriptions ---------------------------------------------------------
@@ -117,11 +118,20 @@ type SubscriptionStore struct {
 	// SecretGrace: how long a rotated-out secret keeps signing
 	// (WEBHOOK_SECRET_GRACE). Zero: it stops at once.
 	SecretGrace time.Duration
+	// keys seals the secrets it writes (WithKeys); nil writes plain text.
+	keys *keyring.Ring
 }
 
 // NewSubscriptionStore returns a store on db.
 func NewSubscriptionStore(db DB, allowHTTP bool, secretGrace time.Duration) *SubscriptionStore {
 	return &SubscriptionStore{db: db, AllowHTTP: allowHTTP, SecretGrace: secretGrace}
+}
+
+// WithKeys makes the store seal the secrets it writes under keys
+// (BRIDGE_SECRET_KEYS; nil: plain text) and returns it.
+func (s *SubscriptionStore) WithKeys(keys *keyring.Ring) *SubscriptionStore {
+	s.keys = keys
+	return s
 }
 
 // SubscriptionInput is what create and update take; nil fields are left
@@ -258,7 +268,7 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 		if err != nil {
 			return err
 		}
-		return writeSecret(ctx, tx, sub.ID, secret)
+		return writeSecret(ctx, tx, s.keys, sub.ID, secret)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create subscription: %w", err)
@@ -328,7 +338,7 @@ func (s *SubscriptionStore) RotateSecret(ctx context.Context, id string) (*Subsc
 		if _, err := querySubscription(ctx, tx, getSubscriptionSQL, id); err != nil {
 			return notFound("subscription", id, err)
 		}
-		return rotateSecret(ctx, tx, id, secret, s.SecretGrace)
+		return rotateSecret(ctx, tx, s.keys, id, secret, s.SecretGrace)
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
