@@ -15,6 +15,7 @@ targets=(
 	"FuzzTraceparent ./internal/tracing"
 	"FuzzDecodeBody ./internal/adminapi"
 	"FuzzCursor ./internal/adminapi"
+	"FuzzLoad ./internal/config"
 )
 for t in "${targets[@]}"; do
 	read -r name pkg <<<"$t"

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	// OperationsTopic: disables, enables and rotations are announced there
 	// (BRIDGE_OPERATIONS_TOPIC); "": not announced.
 	OperationsTopic string
+	// Keys seals the secrets the API creates and rotates
+	// (BRIDGE_SECRET_KEYS); nil: plain text (BRIDGE_ALLOW_PLAINTEXT_SECRETS).
+	Keys *keyring.Ring
 	// Logger records every write the API makes (method, path, status; never
 	// bodies), rejected requests (rate-limited per source) and server-side
 	// failures. Default discards.
@@ -50,6 +54,7 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Pool:        pool,
 		AllowHTTP:   cfg.Webhook.AllowHTTP,
 		SecretGrace: cfg.Webhook.SecretGrace,
+		Keys:        cfg.Secrets.Ring(),
 		Logger:      logger,
 
 		OperationsTopic: cfg.Operations.Topic,
@@ -108,7 +113,7 @@ func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
-		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
 		deliveries:  store.NewDeliveryStore(cfg.Pool),
 		log:         cfg.Logger,
 		metrics:     cfg.Metrics,

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
@@ -22,7 +23,7 @@ func TestRuntimeMountsAdminAPIOnlyWithToken(t *testing.T) {
 		{"", map[string]int{"/healthz": 200, "/metrics": 200, "/api/v1/outbox/stats": 404, "/openapi.json": 404}},
 		{"admin-token-1", map[string]int{"/healthz": 200, "/metrics": 200, "/api/v1/outbox/stats": 200, "/api/v1/subscriptions": 200, "/openapi.json": 200}},
 	} {
-		env := map[string]string{"DATABASE_URL": db.URL, "HTTP_ADDR": "127.0.0.1:0"}
+		env := map[string]string{"DATABASE_URL": db.URL, "HTTP_ADDR": "127.0.0.1:0", "BRIDGE_SECRET_KEYS": keyringtest.Keys}
 		if tc.token != "" {
 			env["ADMIN_TOKEN"] = tc.token
 		}

@@ -15,7 +15,7 @@ func newBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:     "bench",
 		GroupID: groupSetup,
-		Short:   "Measure throughput and latency on this machine (relay, deliver)",
+		Short:   "Measure throughput and latency on this machine (relay, deliver, pipeline)",
 		Example: `  bridge bench deliver --subscriptions 10 --assets 100 --events 100000`,
 	}
 	for _, f := range benchRegistry {

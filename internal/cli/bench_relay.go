@@ -33,6 +33,11 @@ CREATEDB; dropped afterwards) and a fresh topic on KAFKA_BROKERS, then reports:
     fixed offered rate, from --writers writers committing --tx-events
     events per transaction, with the rate they achieved.
 
+--replicas N runs N relays in this process, each with its own Kafka client
+and connection pool; --relays-first starts them before the backlog is
+written and writes it once they have spread the lanes, so the drain is timed
+from the backlog's commit and not from the replicas' hand-over at start.
+
 With --sustain DURATION it instead offers --rate events/s (default 8
 writers, 10 events per transaction) for DURATION with the relay running and
 prints latency, the achieved rate and the claim's p99 minute by minute;
@@ -43,6 +48,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench relay --events 200000 --assets 1000 --payload-bytes 300
   bridge bench relay --events 1000000 --rate 1000 -o json
+  bridge bench relay --replicas 3 --relays-first
   bridge bench relay --sustain 10m --rate 5000 --hold-xmin`,
 		Args: cobra.NoArgs,
 	}
@@ -53,7 +59,8 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
 	rate := c.Flags().Int("rate", 500, "offered rate for the latency run (events/s)")
 	duration := c.Flags().Duration("rate-duration", 10*time.Second, "length of the latency run")
-	replicas := c.Flags().Int("replicas", 1, "relay replicas in this process")
+	replicas := c.Flags().Int("replicas", 1, "relay replicas in this process (each with its own Kafka client and connection pool)")
+	relaysFirst := c.Flags().Bool("relays-first", false, "start the relays before writing the backlog, and write it once they have spread the lanes (times the drain without the replicas' hand-over at start)")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size")
 	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
@@ -68,6 +75,9 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		}
 		if *holdXmin && *sustain == 0 {
 			return UsageErrorf("--hold-xmin needs --sustain")
+		}
+		if *relaysFirst && *sustain > 0 {
+			return UsageErrorf("--relays-first is for the drain (--sustain always starts the relays before its load)")
 		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {
@@ -107,7 +117,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		}
 		res, err := relaybench.Run(ctx, pool, kopts, rc, relaybench.Options{
 			Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions,
-			Rate: *rate, RateDuration: *duration, Replicas: *replicas, Writers: *writers, TxEvents: *txEvents,
+			Rate: *rate, RateDuration: *duration, Replicas: *replicas, RelaysFirst: *relaysFirst, Writers: *writers, TxEvents: *txEvents,
 		}, progress)
 		if err != nil {
 			return err
@@ -131,7 +141,8 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 	{
 		rows := [][]string{
 			{"backlog", fmt.Sprintf("%d events over %d assets, %d-byte payloads (filled in %.1fs)", res.Events, res.Assets, res.PayloadBytes, res.FillSeconds)},
-			{"relay drain", fmt.Sprintf("%.0f events/s (%.1fs, %d replica(s), batch %d)", res.DrainRate, res.DrainSeconds, res.Replicas, res.BatchSize)},
+			{"relay drain", fmt.Sprintf("%.0f events/s (%.1fs, %d replica(s), batch %d%s)", res.DrainRate, res.DrainSeconds, res.Replicas, res.BatchSize,
+				map[bool]string{true: ", relays started before the backlog"}[res.RelaysFirst])},
 			{"ceiling: PostgreSQL claim+mark", fmt.Sprintf("%.0f rows/s (one statement, same backlog size)", res.CeilingClaimMark)},
 			{"ceiling: relay's statements", fmt.Sprintf("%.0f rows/s (fence, claim, predecessors, mark; no Kafka)", res.CeilingRelayStatements)},
 			{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
@@ -156,7 +167,7 @@ func printBenchSustain(cmd *cobra.Command, res *relaybench.SustainResult) error 
 		{"outbox dead tuples at end", fmt.Sprintf("%d", res.DeadTuplesAtEnd)},
 	}
 	for _, m := range res.Minutes {
-		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d acked, latency p99 %.1f ms, %d claims p99 %.1f ms, %d dead tuples", m.Acked, m.LatencyP99Ms, m.Claims, m.ClaimP99Ms, m.DeadTuples)})
+		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d acked, latency p99 %.1f ms (max %.1f), %d claims p99 %.1f ms, %d dead tuples", m.Acked, m.LatencyP99Ms, m.LatencyMaxMs, m.Claims, m.ClaimP99Ms, m.DeadTuples)})
 	}
 	return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
 }

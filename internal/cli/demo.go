@@ -20,6 +20,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/demo"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/logging"
 )
 
@@ -163,7 +164,7 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 	_, userDB := environ["DATABASE_URL"]
 	userDB = userDB && environ["DATABASE_URL"] != ""
 
-	cfg, err := config.Load(env, config.Needs{Database: true, Topics: true})
+	cfg, err := config.Load(env, config.Needs{Database: true, Topics: true, Secrets: true})
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +275,12 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	}
 	def("DATABASE_URL", demo.DefaultDatabaseURL)
 	def("DATABASE_MAX_CONNS", "20")
+	if env["BRIDGE_ALLOW_PLAINTEXT_SECRETS"] == "" {
+		// The published development key (start-up warns about it): the
+		// demo's secrets are sealed as in production, with a key that is
+		// no secret.
+		def(keyring.Var, keyring.DevKeys)
+	}
 	def("RELAY_POLL_INTERVAL", "100ms")
 	def("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(demo.DefaultMaxMessageBytes))
 	def("WEBHOOK_POLL_INTERVAL", "100ms")

@@ -19,7 +19,9 @@ import (
 	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/metrics"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -100,6 +102,20 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		logger = newLogger(cfg)
 	}
 	logger = logger.With("service", service)
+	// The deliverer signs with the stored secrets; the admin API and the
+	// console (served with ADMIN_TOKEN) create and rotate them.
+	usesSecrets := uses.deliveries || (cfg.HTTP.Addr != "" && cfg.HTTP.AdminToken != "")
+	if usesSecrets {
+		// config.Load refuses deliver and run already (Needs.Secrets); a
+		// process serving the admin API is known only here.
+		what := "the deliverer"
+		if !uses.deliveries {
+			what = "the admin API (ADMIN_TOKEN is set)"
+		}
+		if err := cfg.Secrets.Require(what); err != nil {
+			return nil, err
+		}
+	}
 	rt := &runtime{Logger: logger}
 	defer func() {
 		if err != nil {
@@ -265,7 +281,45 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 	if err := rt.waitForDependencies(ctx, cfg, dbAddr, pinger, opts.connectOnce); err != nil {
 		return nil, err
 	}
+	if usesSecrets {
+		if err := checkSecretKeys(ctx, cfg, rt.Pool, logger); err != nil {
+			return nil, err
+		}
+	}
 	return rt, nil
+}
+
+// checkSecretKeys is the start-up check of a process that uses signing
+// secrets: every stored secret must open under BRIDGE_SECRET_KEYS (each key
+// id in use present, and the right key under it: its oldest secret is
+// opened), else it refuses to start, naming the key, instead of failing
+// each of that key's deliveries later. It warns, each start, when secrets
+// are or will be stored in plain text, or under the published dev key.
+func checkSecretKeys(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	ring := cfg.Secrets.Ring()
+	kc, err := store.CheckKeys(ctx, pool, ring)
+	var ke *keyring.KeyError
+	if errors.As(err, &ke) {
+		return &config.Error{Var: keyring.Var, Problem: err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	if ring == nil {
+		logger.Warn("BRIDGE_ALLOW_PLAINTEXT_SECRETS=true and no BRIDGE_SECRET_KEYS: webhook signing secrets are stored in plain text; "+
+			"anyone who can read the database or a backup can forge webhooks (set BRIDGE_SECRET_KEYS, then run bridge secrets rotate-key)",
+			"variable", "BRIDGE_ALLOW_PLAINTEXT_SECRETS", "plaintext_secrets", kc.Plaintext)
+		return nil
+	}
+	if dev := ring.DevKeyIDs(); len(dev) > 0 {
+		logger.Warn("BRIDGE_SECRET_KEYS holds the published development key: anyone can decrypt the secrets sealed under it (not for production)",
+			"variable", keyring.Var, "key_ids", strings.Join(dev, ","))
+	}
+	if kc.Plaintext > 0 {
+		logger.Warn("signing secrets stored in plain text: run bridge secrets rotate-key to encrypt them",
+			"plaintext_secrets", kc.Plaintext, "key_id", ring.CurrentID())
+	}
+	return nil
 }
 
 // waitForDependencies makes the first connections: PostgreSQL (with the

@@ -236,7 +236,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	cfg, err := config.Load(map[string]string{"DATABASE_URL": db.URL}, config.Needs{Database: true})
+	cfg, err := config.Load(map[string]string{"DATABASE_URL": db.URL, "BRIDGE_ALLOW_PLAINTEXT_SECRETS": "true"}, config.Needs{Database: true})
 	if err != nil {
 		t.Fatal(err)
 	}

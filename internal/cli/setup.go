@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -49,7 +50,14 @@ func openCurrentDB(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, erro
 // withDB runs f with the configuration and the migrated database, for the
 // short-lived operator commands.
 func withDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
-	cfg, err := loadConfig(config.Needs{Database: true})
+	return withDBNeeds(ctx, config.Needs{Database: true}, f)
+}
+
+// withDBNeeds is withDB for a command that needs more than the database
+// (needs.Database is implied).
+func withDBNeeds(ctx context.Context, needs config.Needs, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
+	needs.Database = true
+	cfg, err := loadConfig(needs)
 	if err != nil {
 		return err
 	}
@@ -125,6 +133,12 @@ func newConfigCmd() *cobra.Command {
 			cfg = full
 		}
 		settings := cfg.Settings()
+		for i := range settings {
+			if settings[i].Var == keyring.Var && settings[i].Value == "" {
+				// Where an operator looks first: what it takes.
+				settings[i].Value = secretKeysUnset
+			}
+		}
 		if ce != nil {
 			for i := range settings {
 				if settings[i].Var == ce.Var {
@@ -152,6 +166,9 @@ func newConfigCmd() *cobra.Command {
 
 // missingValue marks a required variable that is not set in `bridge config`.
 const missingValue = "(missing: required)"
+
+// secretKeysUnset is how `bridge config` shows an unset BRIDGE_SECRET_KEYS.
+const secretKeysUnset = "(not set: required by deliver, run, secret writes and the admin API; format: " + keyring.Format + ")"
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{

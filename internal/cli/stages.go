@@ -65,7 +65,7 @@ var consumeStage = stage{
 
 var deliverStage = stage{
 	name:  "deliver",
-	needs: config.Needs{Database: true},
+	needs: config.Needs{Database: true, Secrets: true},
 	uses:  serviceNeeds{deliveries: true},
 	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
 		d, err := newDeliverer(cfg, rt)
@@ -87,6 +87,7 @@ func needsOf(stages []stage) (config.Needs, serviceNeeds) {
 		n.Database = n.Database || s.needs.Database
 		n.Kafka = n.Kafka || s.needs.Kafka
 		n.Topics = n.Topics || s.needs.Topics
+		n.Secrets = n.Secrets || s.needs.Secrets
 		u.outbox = u.outbox || s.uses.outbox
 		u.deliveries = u.deliveries || s.uses.deliveries
 		u.kafka = u.kafka || s.uses.kafka
@@ -210,5 +211,6 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.TracerProvider = rt.TracerProvider
 	dc.Metrics = rt.DeliveryMetrics
 	dc.OperationsTopic = cfg.Operations.Topic
+	dc.Keys = cfg.Secrets.Ring()
 	return delivery.NewDeliverer(rt.Pool, dc)
 }

@@ -34,8 +34,17 @@ func withWebhookDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool
 	return webhookError(withDB(ctx, f))
 }
 
+// withSecretsDB is withWebhookDB for the commands that write a signing
+// secret: without BRIDGE_SECRET_KEYS (or BRIDGE_ALLOW_PLAINTEXT_SECRETS)
+// they exit 2 before connecting, instead of storing the secret in plain text.
+func withSecretsDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool.Pool) error) error {
+	return webhookError(withDBNeeds(ctx, config.Needs{Database: true, Secrets: true}, f))
+}
+
+// subscriptionStore is the store every subscription command uses: it seals
+// the secrets it writes under BRIDGE_SECRET_KEYS.
 func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *store.SubscriptionStore {
-	s := store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace)
+	s := store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace).WithKeys(cfg.Secrets.Ring())
 	s.Operations = cfg.Operations.Topic
 	return s
 }
@@ -98,7 +107,7 @@ func newSubCreateCmd() *cobra.Command {
 		if !cmd.Flags().Changed("event-types") {
 			return UsageErrorf("--event-types is required (exact names, prefix.* or *)")
 		}
-		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+		return withSecretsDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
 			sub, err := subscriptionStore(cfg, pool).Create(cmd.Context(), in)
 			if err != nil {
 				return err
@@ -146,6 +155,13 @@ func newSubListCmd() *cobra.Command {
 
 // subIDCmd builds the commands that take one subscription ID.
 func subIDCmd(use, short, example string, run func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error)) (*cobra.Command, *string) {
+	return subIDCmdWith(withWebhookDB, use, short, example, run)
+}
+
+// subIDCmdWith is subIDCmd connecting through with (withSecretsDB for a
+// command that writes a secret).
+func subIDCmdWith(with func(context.Context, func(*config.Config, *pgxpool.Pool) error) error, use, short, example string,
+	run func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error)) (*cobra.Command, *string) {
 	c := &cobra.Command{
 		Use:     use,
 		Short:   short,
@@ -160,7 +176,7 @@ func subIDCmd(use, short, example string, run func(cmd *cobra.Command, subs *sto
 		if _, err := store.ParseID(args[0]); err != nil {
 			return usageError{err}
 		}
-		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+		return with(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
 			sub, err := run(cmd, subscriptionStore(cfg, pool), args[0])
 			if err != nil {
 				return err
@@ -221,7 +237,7 @@ func newSubUpdateCmd() *cobra.Command {
 }
 
 func newSubRotateCmd() *cobra.Command {
-	c, _ := subIDCmd("rotate-secret ID",
+	c, _ := subIDCmdWith(withSecretsDB, "rotate-secret ID",
 		"Create a new signing secret; the previous one keeps signing for WEBHOOK_SECRET_GRACE",
 		`  bridge subscriptions rotate-secret 3f0c6a52-…
   WEBHOOK_SECRET_GRACE=1h bridge subscriptions rotate-secret 3f0c6a52-… -o json`,

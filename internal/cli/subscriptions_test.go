@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
@@ -16,6 +17,7 @@ func webhookCLIEnv(t *testing.T) *pgtest.DB {
 	db := pgtest.New(t)
 	t.Setenv("DATABASE_URL", db.URL)
 	t.Setenv("WEBHOOK_ALLOW_HTTP", "")
+	t.Setenv("BRIDGE_SECRET_KEYS", keyringtest.Keys)
 	return db
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -118,6 +119,7 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 				"CONSUMER_TOPICS=" + kafkatest.TopicName(t),
 				"CONSUMER_GROUP=" + kafkatest.TopicName(t),
 				"LOG_FORMAT=json",
+				"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

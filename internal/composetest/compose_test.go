@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -30,7 +31,7 @@ var bridgeCommands = map[string]config.Needs{
 	"migrate": {Database: true},
 	"relay":   {Database: true, Kafka: true},
 	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true},
+	"deliver": {Database: true, Secrets: true},
 }
 
 // required are the variables each bridge service must set itself (the
@@ -39,7 +40,7 @@ var required = map[string][]string{
 	"migrate": {"DATABASE_URL"},
 	"relay":   {"DATABASE_URL", "KAFKA_BROKERS"},
 	"consume": {"DATABASE_URL", "KAFKA_BROKERS", "CONSUMER_TOPICS"},
-	"deliver": {"DATABASE_URL"},
+	"deliver": {"DATABASE_URL", "BRIDGE_SECRET_KEYS"},
 }
 
 // load reads docker-compose.yml as `docker compose` would, interpolating
@@ -210,6 +211,20 @@ func TestComposeAdminTokenIsLongEnough(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no service sets ADMIN_TOKEN")
+	}
+}
+
+// The compose file's default key ring is the published development key
+// (which start-up warns about), and BRIDGE_SECRET_KEYS from the shell
+// replaces it.
+func TestComposeKeyRingIsTheDevKeyUnlessSet(t *testing.T) {
+	t.Parallel()
+	if got := environment(service(t, load(t, nil), "deliver"))["BRIDGE_SECRET_KEYS"]; got != keyring.DevKeys {
+		t.Errorf("deliver's default BRIDGE_SECRET_KEYS is %q, want the published dev key %q", got, keyring.DevKeys)
+	}
+	const own = "k1:QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="
+	if got := environment(service(t, load(t, map[string]string{"BRIDGE_SECRET_KEYS": own}), "deliver"))["BRIDGE_SECRET_KEYS"]; got != own {
+		t.Errorf("BRIDGE_SECRET_KEYS=%q from the shell gives deliver %q", own, got)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/topicname"
+	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
 // Log configures logging.
@@ -269,16 +270,19 @@ type Relay struct {
 	// RELAY_MAX_MESSAGE_BYTES: a payload larger than this is parked at once.
 	// Default 1000000 (Kafka's default max.message.bytes).
 	MaxMessageBytes int `env:"RELAY_MAX_MESSAGE_BYTES" envDefault:"1000000"`
-	// RELAY_CLOUDEVENTS: binary adds the CloudEvents Kafka binding's
-	// binary-mode headers (ce_specversion, ce_id = the dedup id, ce_source,
-	// ce_type, ce_time, ce_subject = the asset id) to every record, so
-	// CloudEvents consumers (Knative, Dapr) read them natively; empty:
-	// none. The value stays the payload.
-	CloudEvents string `env:"RELAY_CLOUDEVENTS"`
-	// RELAY_CLOUDEVENTS_SOURCE: the ce_source of every record, a
-	// URI-reference naming the producer. Default /outbox-bridge.
-	CloudEventsSource string `env:"RELAY_CLOUDEVENTS_SOURCE" envDefault:"/outbox-bridge"`
+	// RELAY_CLOUDEVENTS: off, or binary to add the CloudEvents Kafka
+	// binding's binary-mode headers (ce_specversion, ce_id = dedup id,
+	// ce_source, ce_type = event type, ce_time, ce_subject = asset id) to
+	// every record, so CloudEvents consumers read them natively. Default off.
+	CloudEvents string `env:"RELAY_CLOUDEVENTS" envDefault:"off"`
+	// RELAY_CLOUDEVENTS_SOURCE: the ce_source of every record (a URI
+	// reference naming the producer). Default outbox-bridge.
+	CloudEventsSource string `env:"RELAY_CLOUDEVENTS_SOURCE" envDefault:"outbox-bridge"`
 }
+
+// CloudEventsBinary is the RELAY_CLOUDEVENTS value that turns the
+// CloudEvents headers on.
+const CloudEventsBinary = "binary"
 
 func (c Relay) validate() error {
 	switch {
@@ -302,15 +306,28 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_RETENTION", c.Retention.String(), "must be positive")
 	case c.MaxMessageBytes < 1:
 		return fieldError("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(c.MaxMessageBytes), "must be positive")
-	case c.CloudEvents != "" && c.CloudEvents != "binary":
-		return fieldError("RELAY_CLOUDEVENTS", c.CloudEvents, "must be binary or empty (structured mode would change the record value every consumer reads)")
-	}
-	if c.CloudEvents != "" {
-		if _, err := url.Parse(c.CloudEventsSource); err != nil || strings.TrimSpace(c.CloudEventsSource) == "" || strings.ContainsAny(c.CloudEventsSource, " \t\n") {
-			return fieldError("RELAY_CLOUDEVENTS_SOURCE", c.CloudEventsSource, "must be a non-empty URI-reference (e.g. /outbox-bridge or urn:example:catalog)")
+	case c.CloudEvents != "off" && c.CloudEvents != CloudEventsBinary:
+		return fieldError("RELAY_CLOUDEVENTS", c.CloudEvents, "must be off or binary (structured mode is not supported: it would change the record's value)")
+	case c.CloudEvents == CloudEventsBinary:
+		if err := cloudEventsSourceProblem(c.CloudEventsSource); err != "" {
+			return fieldError("RELAY_CLOUDEVENTS_SOURCE", c.CloudEventsSource, err)
 		}
 	}
 	return nil
+}
+
+// cloudEventsSourceProblem says what is wrong with a ce_source ("" when
+// nothing): the spec requires a URI reference (an empty value takes the
+// default, like every variable), and a header value
+// with control characters would not survive every consumer.
+func cloudEventsSourceProblem(src string) string {
+	if strings.IndexFunc(src, func(r rune) bool { return r < 0x21 || r == 0x7f }) >= 0 {
+		return "must not contain spaces or control characters (it is a URI reference)"
+	}
+	if _, err := url.Parse(src); err != nil {
+		return "must be a URI reference: " + err.Error()
+	}
+	return ""
 }
 
 // Consumer configures `bridge consume`.
@@ -512,6 +529,51 @@ func (c Operations) validate() error {
 	return nil
 }
 
+// Secrets configures how webhook signing secrets are stored: sealed with
+// AES-256-GCM under a key ring (see docs/webhooks.md, "Signing secrets at
+// rest").
+type Secrets struct {
+	// BRIDGE_SECRET_KEYS: the key ring that encrypts signing secrets at rest:
+	// comma-separated <id>:<base64 of 32 random bytes> (make a key with
+	// `openssl rand -base64 32`; an id is up to 32 letters, digits, '-', '_'
+	// or '.'). The first key encrypts, every key decrypts: to rotate, put a
+	// new key first, run `bridge secrets rotate-key`, then drop the old one.
+	// Required by deliver, run, subscription create/rotate-secret and every
+	// process serving the admin API, unless BRIDGE_ALLOW_PLAINTEXT_SECRETS.
+	Keys []string `env:"BRIDGE_SECRET_KEYS" envSeparator:"," secret:"keyring"`
+	// BRIDGE_ALLOW_PLAINTEXT_SECRETS: true lets those commands run without
+	// BRIDGE_SECRET_KEYS, storing new signing secrets in plain text (anyone
+	// who can read the database or a backup can then forge webhooks); each
+	// start logs a warning. Not for production. Default false.
+	AllowPlaintext bool `env:"BRIDGE_ALLOW_PLAINTEXT_SECRETS" envDefault:"false"`
+
+	// ring is Keys parsed (Load); nil without keys.
+	ring *keyring.Ring
+}
+
+// Ring is the parsed BRIDGE_SECRET_KEYS; nil when it is not set.
+func (c Secrets) Ring() *keyring.Ring { return c.ring }
+
+func (c *Secrets) parse() error {
+	ring, err := keyring.Parse(c.Keys)
+	if err != nil {
+		// The item's position and id, never its key material.
+		return fieldError(keyring.Var, "", err.Error()+". Format: "+keyring.Format)
+	}
+	c.ring = ring
+	return nil
+}
+
+// Require refuses a command that writes or uses signing secrets without a
+// key ring, unless plain text is allowed; what names the command.
+func (c Secrets) Require(what string) error {
+	if c.ring != nil || c.AllowPlaintext {
+		return nil
+	}
+	return fieldError(keyring.Var, "", "is required by "+what+": it encrypts the webhook signing secrets at rest. Format: "+
+		keyring.Format+". BRIDGE_ALLOW_PLAINTEXT_SECRETS=true stores them in plain text instead (not for production)")
+}
+
 // Config is the whole configuration. Each command validates the parts it
 // uses (a relay does not need webhook settings to be sensible).
 type Config struct {
@@ -524,6 +586,7 @@ type Config struct {
 	Webhook  Webhook
 	// Operations: BRIDGE_OPERATIONS_TOPIC.
 	Operations Operations
+	Secrets  Secrets
 }
 
 // Error is a configuration error naming the variable at fault.
@@ -556,6 +619,9 @@ type Needs struct {
 	Database bool
 	Kafka    bool
 	Topics   bool
+	// Secrets: the command writes or uses signing secrets, so it needs
+	// BRIDGE_SECRET_KEYS (or BRIDGE_ALLOW_PLAINTEXT_SECRETS=true).
+	Secrets bool
 }
 
 // Load reads every component from the environment (environ: nil means the
@@ -569,7 +635,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
-	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Operations}
+	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Secrets, &cfg.Operations}
 	if needs.Database {
 		parts = append(parts, &cfg.Database)
 	} else {
@@ -588,12 +654,17 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	if v, ok := environ["BRIDGE_OPERATIONS_TOPIC"]; ok && strings.TrimSpace(v) == "" {
 		cfg.Operations.Topic = ""
 	}
-	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Operations.validate()}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse(), cfg.Operations.validate()}
 	if needs.Database {
 		checks = append(checks, cfg.Database.validate())
 	}
 	for _, err := range checks {
 		if err != nil {
+			return nil, err
+		}
+	}
+	if needs.Secrets {
+		if err := cfg.Secrets.Require("this command (it writes or signs with webhook signing secrets)"); err != nil {
 			return nil, err
 		}
 	}
@@ -625,6 +696,10 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 	}
 	for _, name := range listVars() {
 		raw, ok := environ[name]
+		shown := raw
+		if secretVars()[name] {
+			shown = "" // a key ring's material must not reach an error
+		}
 		if !ok || strings.TrimSpace(raw) == "" {
 			continue
 		}
@@ -632,7 +707,7 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 		for i, it := range items {
 			items[i] = strings.TrimSpace(it)
 			if items[i] == "" {
-				return nil, fieldError(name, raw, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
+				return nil, fieldError(name, shown, fmt.Sprintf("has an empty item (item %d of %d): separate items with single commas", i+1, len(items)))
 			}
 		}
 		environ[name] = strings.Join(items, ",")
@@ -650,6 +725,23 @@ func listVars() []string {
 			f := st.Field(j)
 			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
 				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// secretVars are the variables whose values are secret (a secret tag):
+// errors name them without their value.
+func secretVars() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		st := t.Field(i).Type
+		for j := 0; j < st.NumField(); j++ {
+			f := st.Field(j)
+			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("secret") != "" {
+				out[name] = true
 			}
 		}
 	}

@@ -38,6 +38,13 @@ func (c *Config) Settings() []Setting {
 				if value != "" {
 					value = "[REDACTED]"
 				}
+			case "keyring":
+				// Key ids only, never key material.
+				if r := c.Secrets.Ring(); r != nil {
+					value = "[REDACTED] keys: " + r.Describe()
+				} else if value != "" {
+					value = "[REDACTED]"
+				}
 			}
 			out = append(out, Setting{Component: comp, Var: name, Value: value})
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	// (WEBHOOK_ALLOW_HTTP, WEBHOOK_SECRET_GRACE), as in the admin API.
 	AllowHTTP   bool
 	SecretGrace time.Duration
+	// Keys seals the secrets the console creates (BRIDGE_SECRET_KEYS); nil:
+	// plain text (BRIDGE_ALLOW_PLAINTEXT_SECRETS).
+	Keys *keyring.Ring
 	// JaegerQueryURL (JAEGER_QUERY_URL) is where trace pages read traces;
 	// empty: trace ids are shown but not drawn.
 	JaegerQueryURL string
@@ -75,6 +79,7 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Pool:           pool,
 		AllowHTTP:      cfg.Webhook.AllowHTTP,
 		SecretGrace:    cfg.Webhook.SecretGrace,
+		Keys:           cfg.Secrets.Ring(),
 		JaegerQueryURL: cfg.HTTP.JaegerQueryURL,
 		JaegerUIURL:    cfg.HTTP.JaegerUIURL,
 		Kafka:          cfg.Kafka,
@@ -139,7 +144,7 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{
 		cfg:        cfg,
 		pool:       cfg.Pool,
-		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace),
+		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
 		deliveries: store.NewDeliveryStore(cfg.Pool),
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},

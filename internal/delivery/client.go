@@ -156,6 +156,10 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 		return res
 	}
 	ts := now.Unix()
+	if c.SecretsErr != nil {
+		res.err = c.SecretsErr
+		return res
+	}
 	if len(c.Secrets) == 0 {
 		res.err = errors.New("subscription has no valid signing secret (rotate-secret creates one)")
 		return res

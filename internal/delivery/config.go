@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
@@ -84,6 +85,9 @@ type Config struct {
 	// warnings are announced there, in the transaction that records the
 	// death (BRIDGE_OPERATIONS_TOPIC). "": not announced.
 	OperationsTopic string
+	// Keys opens the sealed signing secrets (BRIDGE_SECRET_KEYS); nil opens
+	// only plain-text ones.
+	Keys *keyring.Ring
 	// AllowedCIDRs are exempt from the SSRF block list (tests and local demos
 	// set 127.0.0.0/8). Default none.
 	AllowedCIDRs []netip.Prefix

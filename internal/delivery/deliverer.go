@@ -106,7 +106,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 		wakes:  wakes,
 		pool:   pool,
 		cfg:    cfg,
-		store:  store.NewDeliveryStore(pool),
+		store:  store.NewDeliveryStore(pool).WithKeys(cfg.Keys),
 		client: NewHTTPClient(cfg.AllowedCIDRs, cfg.TracerProvider, cfg.Workers),
 		log:    cfg.Logger.With("component", "deliverer", "deliverer_id", cfg.ID),
 		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/delivery"),

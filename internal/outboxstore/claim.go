@@ -96,6 +96,7 @@ func (w *Claimed) AssetKey() string {
 //     transaction that committed late, a replay) lower it through their
 //     notification (migration 00090); a lane just taken over, or a lost
 //     LISTEN connection, resets it to 0.
+//
 // Rows at or below the cursor that are still NEW are left for the next
 // floor scan. Their assets' later rows must wait for them: the claim
 // returns the status of every claimed asset's predecessor (below), and the

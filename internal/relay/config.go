@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
@@ -55,10 +54,10 @@ type Config struct {
 	// (bridge.outbox.failed) in the parking transaction
 	// (BRIDGE_OPERATIONS_TOPIC). "": not announced.
 	OperationsTopic string
-	// CloudEvents, when set, adds the CloudEvents binary-mode headers to
-	// every record (RELAY_CLOUDEVENTS=binary, RELAY_CLOUDEVENTS_SOURCE).
-	// nil: none.
-	CloudEvents *contract.CloudEvents
+	// CloudEventsSource, when not empty, adds the CloudEvents binary-mode
+	// headers to every record with it as ce_source (RELAY_CLOUDEVENTS=binary
+	// and RELAY_CLOUDEVENTS_SOURCE). Default: none (off).
+	CloudEventsSource string
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
 	// leases).

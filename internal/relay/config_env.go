@@ -1,28 +1,25 @@
 package relay
 
-import (
-	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/contract"
-)
+import "github.com/outboxbridge/bridge/internal/config"
 
 // ConfigFromEnv maps the RELAY_* environment (config.Relay) to a Config;
 // the caller sets Logger, TracerProvider and Metrics.
 func ConfigFromEnv(c config.Relay) Config {
-	var ce *contract.CloudEvents
-	if c.CloudEvents == "binary" {
-		ce = &contract.CloudEvents{Source: c.CloudEventsSource}
+	var cloudEventsSource string
+	if c.CloudEvents == config.CloudEventsBinary {
+		cloudEventsSource = c.CloudEventsSource
 	}
 	return Config{
-		CloudEvents:     ce,
-		MaxAttempts:     c.MaxAttempts,
-		BackoffBase:     c.BackoffBase,
-		BackoffMax:      c.BackoffMax,
-		BatchSize:       c.BatchSize,
-		BatchBytes:      c.BatchBytes,
-		PollInterval:    c.PollInterval,
-		LeaseTimeout:    c.LeaseTimeout,
-		ProduceTimeout:  c.ProduceTimeout,
-		Retention:       c.Retention,
-		MaxMessageBytes: c.MaxMessageBytes,
+		CloudEventsSource: cloudEventsSource,
+		MaxAttempts:       c.MaxAttempts,
+		BackoffBase:       c.BackoffBase,
+		BackoffMax:        c.BackoffMax,
+		BatchSize:         c.BatchSize,
+		BatchBytes:        c.BatchBytes,
+		PollInterval:      c.PollInterval,
+		LeaseTimeout:      c.LeaseTimeout,
+		ProduceTimeout:    c.ProduceTimeout,
+		Retention:         c.Retention,
+		MaxMessageBytes:   c.MaxMessageBytes,
 	}
 }

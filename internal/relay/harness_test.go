@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,6 +87,11 @@ func (b *testBundle) startRelay(cfg Config, extra ...kgo.Opt) *runningRelay {
 // between produce and mark.
 func (b *testBundle) startRelayWithHook(cfg Config, crashAfterProduce func() bool, extra ...kgo.Opt) *runningRelay {
 	b.t.Helper()
+	if cfg.Logger == nil {
+		// Warnings and errors go to the test's log (shown when it fails): a
+		// test that timed out with every row NEW said nothing about why.
+		cfg.Logger = slog.New(slog.NewTextHandler(testLog{b.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(b.brokers...)}, ProducerOptions(cfg)...)
 	opts = append(opts, extra...)
 	client, err := kgo.NewClient(opts...)
@@ -99,6 +105,15 @@ func (b *testBundle) startRelayWithHook(cfg Config, crashAfterProduce func() boo
 	go func() { rr.err = r.Run(ctx); close(rr.done) }()
 	b.t.Cleanup(func() { _ = rr.stop() })
 	return rr
+}
+
+// testLog writes a relay's log lines to its test's log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Helper()
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func (b *testBundle) enqueue(events ...outbox.Event) []uuid.UUID {

@@ -92,7 +92,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
-	if err := r.lanes.tick(ctx); err != nil {
+	// The first lease tick retries like every later one: a relay started
+	// while PostgreSQL is briefly down (a restart, a failover) used to exit
+	// with "relay heartbeat: failed to connect" and leave its restart to a
+	// supervisor.
+	if err := service.Retry(ctx, service.Wait{Name: "relay's first lane lease tick", Logger: r.log}, r.lanes.tick); err != nil {
+		if ctx.Err() != nil {
+			return r.shutdown(ctx)
+		}
 		return err
 	}
 	wg.Add(3)

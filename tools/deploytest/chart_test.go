@@ -367,6 +367,9 @@ func secretPlaceholder(name string) string {
 	switch name {
 	case "DATABASE_URL":
 		return "postgres://bridge:secret@db.example:5432/bridge?sslmode=require"
+	case "BRIDGE_SECRET_KEYS":
+		// A key ring of the documented format (config.Load parses it).
+		return "k2:cGxhY2Vob2xkZXIta2V5LXR3by10aGlydHktdHdvLWI=,k1:cGxhY2Vob2xkZXIta2V5LW9uZS10aGlydHktdHdvLWI="
 	default:
 		return "placeholder-" + strings.ToLower(name) + "-0123456789abcdef"
 	}
@@ -375,10 +378,7 @@ func secretPlaceholder(name string) string {
 // pendingVars are variables the chart sets for a feature another part of the
 // bridge is adding; config.Vars gains them when it lands, and then they are
 // checked like the rest (this map may then be emptied).
-var pendingVars = map[string]string{
-	// The key ring of the signing secrets at rest (hardening).
-	"BRIDGE_SECRET_KEYS": "the secret key ring",
-}
+var pendingVars = map[string]string{}
 
 type checkEnv struct {
 	Name    string            `json:"name"`
@@ -642,6 +642,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{map[string]any{"terminationGracePeriodSeconds": 15}, "terminationGracePeriodSeconds=15 must be above the drain"},
 		{map[string]any{"deliver.shutdownGrace": 60}, "terminationGracePeriodSeconds=60 must be above the drain"},
 		{map[string]any{"secrets.database.name": ""}, "secrets.database.name"},
+		{map[string]any{"secrets.secretKeys.name": ""}, "secrets.secretKeys.name: the Secret holding BRIDGE_SECRET_KEYS is required"},
+		{map[string]any{"secrets.secretKeys.name": "", "deliver.enabled": false, "secrets.adminToken.name": "a"}, "secrets.secretKeys.name"},
 		{map[string]any{"kafka.sasl.mechanism": "PLAIN"}, "secrets.kafkaSasl.name"},
 		{map[string]any{"kafka.brokers": []any{}}, "kafka.brokers"},
 		{map[string]any{"consume.topics": []any{}}, "consume.topics"},
@@ -665,6 +667,10 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"terminationGracePeriodSeconds": 16},
 		{"deliver.enabled": false, "kafka.brokers": []any{"k:9092"}},
 		{"relay.enabled": false, "consume.enabled": false, "kafka.brokers": []any{}},
+		// No stage signs or writes secrets: no key ring needed.
+		{"deliver.enabled": false, "secrets.secretKeys.name": ""},
+		// Plain text, said explicitly.
+		{"secrets.secretKeys.name": "", "config.BRIDGE_ALLOW_PLAINTEXT_SECRETS": "true"},
 	} {
 		if _, err := render(ch, with(base, set)); err != nil {
 			t.Errorf("%v: %v", set, err)

@@ -247,6 +247,8 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		"CONSUMER_GROUP="+topic,
 		"HTTP_ADDR="+addr,
 		"ADMIN_TOKEN="+token,
+		// The key ring that seals the signing secrets (a test key).
+		"BRIDGE_SECRET_KEYS=deploytest:ZGVwbG95dGVzdC1rZXktdGhpcnR5LXR3by1ieXRlcyE=",
 		"WEBHOOK_ALLOW_HTTP=true",
 		"WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8",
 		"OTEL_SDK_DISABLED=true",

@@ -35,6 +35,11 @@ type Options struct {
 	Rate         int           // offered rate for the latency run, events/s (default 500)
 	RateDuration time.Duration // length of the latency run (default 10s)
 	Replicas     int           // relay replicas (default 1)
+	// RelaysFirst starts the relays before the backlog is written and
+	// writes it once they have spread the lanes between them; the drain is
+	// timed from the backlog's commit. Otherwise the backlog is written
+	// (and analyzed) first and the drain timed from the relays' start.
+	RelaysFirst bool
 	// Writers commit the latency run's transactions concurrently (default
 	// 4); each transaction holds TxEvents events (default 1). One event per
 	// commit from one writer is fsync-bound on a small machine (~600/s).
@@ -50,6 +55,7 @@ type Result struct {
 	PayloadBytes    int     `json:"payload_bytes"`
 	BatchSize       int     `json:"batch_size"`
 	Replicas        int     `json:"replicas"`
+	RelaysFirst     bool    `json:"relays_started_before_fill"`
 	FillSeconds     float64 `json:"fill_seconds"`
 	DrainSeconds    float64 `json:"drain_seconds"`
 	DrainRate       float64 `json:"drain_events_per_second"`
@@ -132,7 +138,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	if progress == nil {
 		progress = func(string) {}
 	}
-	res := &Result{Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes, BatchSize: cfg.BatchSize, Replicas: o.Replicas,
+	res := &Result{Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes, BatchSize: cfg.BatchSize, Replicas: o.Replicas, RelaysFirst: o.RelaysFirst,
 		LatencyWriters: o.Writers, LatencyTxEvents: o.TxEvents}
 
 	lat := newLatencies()
@@ -183,15 +189,25 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		return nil, err
 	}
 
-	// The backlog.
-	progress(fmt.Sprintf("filling the outbox with %d events over %d assets", o.Events, o.Assets))
-	start := time.Now()
-	if err := outboxstore.BenchFill(ctx, pool, o.Events, topic, o.Assets, o.PayloadBytes); err != nil {
-		return nil, err
+	// The backlog: before the relays start, or (RelaysFirst) once they
+	// have spread the lanes between them, so that a run with several
+	// replicas does not time their hand-over of lanes at start.
+	fill := func() error {
+		progress(fmt.Sprintf("filling the outbox with %d events over %d assets", o.Events, o.Assets))
+		started := time.Now()
+		if err := outboxstore.BenchFill(ctx, pool, o.Events, topic, o.Assets, o.PayloadBytes); err != nil {
+			return err
+		}
+		res.FillSeconds = time.Since(started).Seconds()
+		return nil
 	}
-	res.FillSeconds = time.Since(start).Seconds()
-	if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
-		return nil, err
+	if !o.RelaysFirst {
+		if err := fill(); err != nil {
+			return nil, err
+		}
+		if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
+			return nil, err
+		}
 	}
 
 	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
@@ -205,7 +221,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	runCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
 	var clients []*kgo.Client
-	start = time.Now()
+	var running []*relay.Relay
+	start := time.Now()
 	var pools []*pgxpool.Pool
 	defer func() {
 		stopRelays()
@@ -232,8 +249,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		rc := rc
 		rc.MemberID = ""
 		r := relay.New(rp, c, rc)
+		running = append(running, r)
 		relays.Add(1)
 		go func() { defer relays.Done(); _ = r.Run(runCtx) }()
+	}
+	if o.RelaysFirst {
+		if err := waitLanesSpread(ctx, running); err != nil {
+			return nil, err
+		}
+		if err := fill(); err != nil {
+			return nil, err
+		}
+		start = time.Now() // the rows became visible at the fill's commit
 	}
 	if err := waitDrained(ctx, pool, topic, hook, int64(o.Events)); err != nil {
 		return nil, err
@@ -264,6 +291,32 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.LatencyEvents, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
+}
+
+// waitLanesSpread waits until the relays hold every lane between them, each
+// no more than its fair share (the lanes stop moving).
+func waitLanesSpread(ctx context.Context, relays []*relay.Relay) error {
+	fair := (relay.LaneCount + len(relays) - 1) / len(relays)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		total, spread := 0, true
+		for _, r := range relays {
+			n := len(r.OwnedLanes())
+			total += n
+			spread = spread && n > 0 && n <= fair
+		}
+		if spread && total == relay.LaneCount {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relays did not spread the %d lanes within a minute (%d held)", relay.LaneCount, total)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // replicaPool is a pool of its own for a further replica, with the first

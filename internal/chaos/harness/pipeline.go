@@ -23,6 +23,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 )
 
 // Pipeline is one fault run's world: a database, brokers, the bridge
@@ -157,7 +158,9 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		// DATABASE_CONNECT_TIMEOUT is left at its default (3 m), longer than
 		// a broker outage plus brokerRestartWait: a process restarted during
 		// an outage waits for the dependency the test is bringing back.
-		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
+		// Signing secrets sealed as in production (and opened by every
+		// deliverer across its restarts).
+		"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
 	}, append(groupEnv(), cfg.ExtraEnv...)...)
 
 	if out, err := p.Cmd("migrate").CombinedOutput(); err != nil {

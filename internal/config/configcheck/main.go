@@ -34,8 +34,8 @@ var needs = map[string]config.Needs{
 	"migrate": {Database: true},
 	"relay":   {Database: true, Kafka: true},
 	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true},
-	"run":     {Database: true, Kafka: true, Topics: true},
+	"deliver": {Database: true, Secrets: true},
+	"run":     {Database: true, Kafka: true, Topics: true, Secrets: true},
 }
 
 type request struct {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
 // The delivery claim over bridge.deliveries, bridge.delivery_streams and
@@ -244,6 +246,11 @@ type Claim struct {
 	Attempts int      `db:"attempts"`
 	URL      string   `db:"url"`
 	Secrets  []string `db:"secrets"`
+	// SecretsErr is why Secrets could not be opened (a key missing from
+	// BRIDGE_SECRET_KEYS, a tampered value); Secrets is then nil. The
+	// attempt fails naming it instead of the whole claim failing, so one
+	// subscription's bad secret does not stop every other's deliveries.
+	SecretsErr error `db:"-"`
 	// Revived is true once an operator revived this delivery (dead →
 	// pending): its spans say so, still in the original trace.
 	Revived bool `db:"revived"`
@@ -258,10 +265,19 @@ type DeliveryStore struct {
 	// Operations is the topic of the operational events a death, a disable
 	// and a warning enqueue (BRIDGE_OPERATIONS_TOPIC); "" announces nothing.
 	Operations string
+	// keys opens the signing secrets a claim returns (WithKeys).
+	keys *keyring.Ring
 }
 
 // NewDeliveryStore returns a store on db.
 func NewDeliveryStore(db DB) *DeliveryStore { return &DeliveryStore{db: db} }
+
+// WithKeys makes claims open sealed signing secrets with keys
+// (BRIDGE_SECRET_KEYS) and returns the store.
+func (s *DeliveryStore) WithKeys(keys *keyring.Ring) *DeliveryStore {
+	s.keys = keys
+	return s
+}
 
 // ClaimParams bound one claim.
 type ClaimParams struct {
@@ -327,8 +343,8 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) ([]Claim,
 		return nil, 0, fmt.Errorf("claim deliveries: %w", err)
 	}
 	for i := range out {
-		if out[i].Secrets, err = openSecrets(out[i].Secrets); err != nil {
-			return nil, 0, fmt.Errorf("claim deliveries: %w", err)
+		if out[i].Secrets, err = openSecrets(s.keys, out[i].SubscriptionID, out[i].Secrets); err != nil {
+			out[i].SecretsErr = err
 		}
 	}
 	return out, contended, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
 // bridge.subscriptions ---------------------------------------------------------
@@ -124,11 +125,20 @@ type SubscriptionStore struct {
 	// on, in their own transaction (BRIDGE_OPERATIONS_TOPIC); "" announces
 	// nothing.
 	Operations string
+	// keys seals the secrets it writes (WithKeys); nil writes plain text.
+	keys *keyring.Ring
 }
 
 // NewSubscriptionStore returns a store on db.
 func NewSubscriptionStore(db DB, allowHTTP bool, secretGrace time.Duration) *SubscriptionStore {
 	return &SubscriptionStore{db: db, AllowHTTP: allowHTTP, SecretGrace: secretGrace}
+}
+
+// WithKeys makes the store seal the secrets it writes under keys
+// (BRIDGE_SECRET_KEYS; nil: plain text) and returns it.
+func (s *SubscriptionStore) WithKeys(keys *keyring.Ring) *SubscriptionStore {
+	s.keys = keys
+	return s
 }
 
 // SubscriptionInput is what create and update take; nil fields are left
@@ -276,7 +286,7 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 		if err != nil {
 			return err
 		}
-		return writeSecret(ctx, tx, sub.ID, secret)
+		return writeSecret(ctx, tx, s.keys, sub.ID, secret)
 	})
 	if err != nil {
 		var ve *ValidationError
@@ -350,7 +360,7 @@ func (s *SubscriptionStore) RotateSecret(ctx context.Context, id string) (*Subsc
 		if _, err := querySubscription(ctx, tx, getSubscriptionSQL, id); err != nil {
 			return notFound("subscription", id, err)
 		}
-		if err := rotateSecret(ctx, tx, id, secret, s.SecretGrace); err != nil {
+		if err := rotateSecret(ctx, tx, s.keys, id, secret, s.SecretGrace); err != nil {
 			return err
 		}
 		return s.announce(ctx, tx, id, contract.OpSubscriptionSecretRotated, func(now time.Time) any {

@@ -83,6 +83,9 @@ not use; they fail the render with a message naming the field. */}}
 {{- if not $stages -}}
 {{- fail "no stage is enabled: enable relay, consume or deliver (or set mode: run)" -}}
 {{- end -}}
+{{- if and (or (has "deliver" $stages) (has "run" $stages) $v.secrets.adminToken.name) (not $v.secrets.secretKeys.name) (ne (toString (index $v.config "BRIDGE_ALLOW_PLAINTEXT_SECRETS" | default "")) "true") -}}
+{{- fail "secrets.secretKeys.name: the Secret holding BRIDGE_SECRET_KEYS is required (deliver and the admin API encrypt the webhook signing secrets with it); config.BRIDGE_ALLOW_PLAINTEXT_SECRETS: \"true\" stores them in plain text instead (not for production)" -}}
+{{- end -}}
 {{- $kafkaStages := without $stages "deliver" -}}
 {{- if and $kafkaStages (not $v.kafka.brokers) -}}
 {{- fail "kafka.brokers: relay and consume need at least one broker" -}}
