@@ -269,19 +269,7 @@ type Relay struct {
 	// RELAY_MAX_MESSAGE_BYTES: a payload larger than this is parked at once.
 	// Default 1000000 (Kafka's default max.message.bytes).
 	MaxMessageBytes int `env:"RELAY_MAX_MESSAGE_BYTES" envDefault:"1000000"`
-	// RELAY_CLOUDEVENTS: off, or binary to add the CloudEvents Kafka
-	// binding's binary-mode headers (ce_specversion, ce_id = dedup id,
-	// ce_source, ce_type = event type, ce_time, ce_subject = asset id) to
-	// every record, so CloudEvents consumers read them natively. Default off.
-	CloudEvents string `env:"RELAY_CLOUDEVENTS" envDefault:"off"`
-	// RELAY_CLOUDEVENTS_SOURCE: the ce_source of every record (a URI
-	// reference naming the producer). Default outbox-bridge.
-	CloudEventsSource string `env:"RELAY_CLOUDEVENTS_SOURCE" envDefault:"outbox-bridge"`
 }
-
-// CloudEventsBinary is the RELAY_CLOUDEVENTS value that turns the
-// CloudEvents headers on.
-const CloudEventsBinary = "binary"
 
 func (c Relay) validate() error {
 	switch {
@@ -305,28 +293,8 @@ func (c Relay) validate() error {
 		return fieldError("RELAY_RETENTION", c.Retention.String(), "must be positive")
 	case c.MaxMessageBytes < 1:
 		return fieldError("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(c.MaxMessageBytes), "must be positive")
-	case c.CloudEvents != "off" && c.CloudEvents != CloudEventsBinary:
-		return fieldError("RELAY_CLOUDEVENTS", c.CloudEvents, "must be off or binary (structured mode is not supported: it would change the record's value)")
-	case c.CloudEvents == CloudEventsBinary:
-		if err := cloudEventsSourceProblem(c.CloudEventsSource); err != "" {
-			return fieldError("RELAY_CLOUDEVENTS_SOURCE", c.CloudEventsSource, err)
-		}
 	}
 	return nil
-}
-
-// cloudEventsSourceProblem says what is wrong with a ce_source ("" when
-// nothing): the spec requires a URI reference (an empty value takes the
-// default, like every variable), and a header value
-// with control characters would not survive every consumer.
-func cloudEventsSourceProblem(src string) string {
-	if strings.IndexFunc(src, func(r rune) bool { return r < 0x21 || r == 0x7f }) >= 0 {
-		return "must not contain spaces or control characters (it is a URI reference)"
-	}
-	if _, err := url.Parse(src); err != nil {
-		return "must be a URI reference: " + err.Error()
-	}
-	return ""
 }
 
 // Consumer configures `bridge consume`.

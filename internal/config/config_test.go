@@ -130,7 +130,6 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"KAFKA_BROKERS", "k1:9092, ,k2:9092", config.Needs{}, "empty item"},
 		{"WEBHOOK_RETRY_SCHEDULE", "1s,,2s", config.Needs{}, "empty item"},
 		{"WEBHOOK_ALLOWED_CIDRS", ",127.0.0.0/8", config.Needs{}, "empty item"},
-		{"RELAY_CLOUDEVENTS", "structured", config.Needs{}, "off or binary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
@@ -207,8 +206,6 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_PRODUCE_TIMEOUT":                  cfg.Relay.ProduceTimeout,
 		"RELAY_RETENTION":                        cfg.Relay.Retention,
 		"RELAY_MAX_MESSAGE_BYTES":                cfg.Relay.MaxMessageBytes,
-		"RELAY_CLOUDEVENTS":                      cfg.Relay.CloudEvents,
-		"RELAY_CLOUDEVENTS_SOURCE":               cfg.Relay.CloudEventsSource,
 		"CONSUMER_GROUP":                         cfg.Consumer.Group,
 		"CONSUMER_DEDUP_WINDOW":                  cfg.Consumer.DedupWindow,
 		"CONSUMER_MAX_POLL_RECORDS":              cfg.Consumer.MaxPollRecords,
@@ -249,8 +246,6 @@ func TestLoadDefaults(t *testing.T) {
 		"RELAY_PRODUCE_TIMEOUT":                  30 * time.Second,
 		"RELAY_RETENTION":                        24 * time.Hour,
 		"RELAY_MAX_MESSAGE_BYTES":                1000000,
-		"RELAY_CLOUDEVENTS":                      "off",
-		"RELAY_CLOUDEVENTS_SOURCE":               "outbox-bridge",
 		"CONSUMER_GROUP":                         "outbox-bridge",
 		"CONSUMER_DEDUP_WINDOW":                  168 * time.Hour,
 		"CONSUMER_MAX_POLL_RECORDS":              500,
@@ -517,31 +512,6 @@ func TestRedactURL(t *testing.T) {
 	for _, tt := range tests {
 		if got := config.RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-// With RELAY_CLOUDEVENTS=binary the source must be a usable ce_source (an
-// empty one takes the default); with CloudEvents off, it is not looked at.
-func TestCloudEventsSourceChecked(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct{ source, want string }{
-		{"my service", "spaces or control characters"},
-		{"%zz", "URI reference"},
-	} {
-		_, err := config.Load(env(map[string]string{"RELAY_CLOUDEVENTS": "binary", "RELAY_CLOUDEVENTS_SOURCE": tt.source}), config.Needs{})
-		requireConfigError(t, err, "RELAY_CLOUDEVENTS_SOURCE")
-		if !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("source %q: message %q does not say %q", tt.source, err, tt.want)
-		}
-	}
-	for _, ok := range []map[string]string{
-		{"RELAY_CLOUDEVENTS": "binary", "RELAY_CLOUDEVENTS_SOURCE": "https://shop.example.com/orders"},
-		{"RELAY_CLOUDEVENTS": "binary"},
-		{"RELAY_CLOUDEVENTS": "off", "RELAY_CLOUDEVENTS_SOURCE": ""},
-	} {
-		if _, err := config.Load(env(ok), config.Needs{}); err != nil {
-			t.Errorf("%v: %v", ok, err)
 		}
 	}
 }

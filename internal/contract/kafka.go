@@ -34,32 +34,6 @@ const (
 	HeaderDLQOffset    = "dlq-offset"
 )
 
-// Header names of the CloudEvents Kafka protocol binding, binary mode (the
-// relay adds them with RELAY_CLOUDEVENTS=binary; docs/contract.md). The
-// payload stays the record's value and content-type its datacontenttype, so
-// a CloudEvents consumer (Knative, Dapr, the SDKs) reads the record as an
-// event and everyone else sees the same record as before plus six headers.
-const (
-	HeaderCESpecVersion = "ce_specversion"
-	HeaderCEID          = "ce_id"
-	HeaderCESource      = "ce_source"
-	HeaderCEType        = "ce_type"
-	HeaderCETime        = "ce_time"
-	HeaderCESubject     = "ce_subject"
-)
-
-// CloudEventsSpecVersion is the ce_specversion the bridge writes.
-const CloudEventsSpecVersion = "1.0"
-
-// cloudEventsReserved are the CloudEvents attribute headers: in CloudEvents
-// mode a row's own headers cannot shadow them either (a row header ce_type
-// would make a CloudEvents consumer see a different event type than the
-// bridge's event-type).
-var cloudEventsReserved = map[string]bool{
-	HeaderCESpecVersion: true, HeaderCEID: true, HeaderCESource: true, HeaderCEType: true,
-	HeaderCETime: true, HeaderCESubject: true,
-}
-
 // ContentTypeJSON is the content-type of every record value and webhook body.
 const ContentTypeJSON = "application/json"
 
@@ -89,11 +63,6 @@ type Event struct {
 	// TraceID (32 lowercase hex), Traceparent and Tracestate (W3C) of the
 	// span the record continues; "" when the row has no trace.
 	TraceID, Traceparent, Tracestate string
-	// CreatedAt is when the row was committed (the event's time).
-	CreatedAt time.Time
-	// CloudEventsSource, when not empty, adds the CloudEvents binary-mode
-	// headers with it as ce_source (RELAY_CLOUDEVENTS_SOURCE).
-	CloudEventsSource string
 }
 
 // Encode returns the Kafka record of ev. The key is the asset id; the null
@@ -122,23 +91,9 @@ func Encode(ev Event) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(ev.AssetSeq, 10))},
 		kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ContentTypeJSON)},
 	)
-	cloudEvents := ev.CloudEventsSource != ""
-	if cloudEvents {
-		hs = append(hs,
-			kgo.RecordHeader{Key: HeaderCESpecVersion, Value: []byte(CloudEventsSpecVersion)},
-			kgo.RecordHeader{Key: HeaderCEID, Value: []byte(ev.DedupID)},
-			kgo.RecordHeader{Key: HeaderCESource, Value: []byte(ev.CloudEventsSource)},
-			kgo.RecordHeader{Key: HeaderCEType, Value: []byte(ev.EventType)},
-			kgo.RecordHeader{Key: HeaderCETime, Value: []byte(ev.CreatedAt.UTC().Format(time.RFC3339Nano))},
-		)
-		// The null asset has no subject (an empty ce_subject is invalid).
-		if ev.AssetID != nil && *ev.AssetID != "" {
-			hs = append(hs, kgo.RecordHeader{Key: HeaderCESubject, Value: []byte(*ev.AssetID)})
-		}
-	}
 	keys := make([]string, 0, len(ev.Headers))
 	for k := range ev.Headers {
-		if !reserved[k] && !(cloudEvents && cloudEventsReserved[k]) {
+		if !reserved[k] {
 			keys = append(keys, k)
 		}
 	}

@@ -50,10 +50,6 @@ type Config struct {
 	// MaxMessageBytes: a payload larger than this is parked without sending
 	// (RELAY_MAX_MESSAGE_BYTES). Default 1000000.
 	MaxMessageBytes int
-	// CloudEventsSource, when not empty, adds the CloudEvents binary-mode
-	// headers to every record with it as ce_source (RELAY_CLOUDEVENTS=binary
-	// and RELAY_CLOUDEVENTS_SOURCE). Default: none (off).
-	CloudEventsSource string
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
 	// leases).

@@ -5,21 +5,16 @@ import "github.com/outboxbridge/bridge/internal/config"
 // ConfigFromEnv maps the RELAY_* environment (config.Relay) to a Config;
 // the caller sets Logger, TracerProvider and Metrics.
 func ConfigFromEnv(c config.Relay) Config {
-	var cloudEventsSource string
-	if c.CloudEvents == config.CloudEventsBinary {
-		cloudEventsSource = c.CloudEventsSource
-	}
 	return Config{
-		CloudEventsSource: cloudEventsSource,
-		MaxAttempts:       c.MaxAttempts,
-		BackoffBase:       c.BackoffBase,
-		BackoffMax:        c.BackoffMax,
-		BatchSize:         c.BatchSize,
-		BatchBytes:        c.BatchBytes,
-		PollInterval:      c.PollInterval,
-		LeaseTimeout:      c.LeaseTimeout,
-		ProduceTimeout:    c.ProduceTimeout,
-		Retention:         c.Retention,
-		MaxMessageBytes:   c.MaxMessageBytes,
+		MaxAttempts:     c.MaxAttempts,
+		BackoffBase:     c.BackoffBase,
+		BackoffMax:      c.BackoffMax,
+		BatchSize:       c.BatchSize,
+		BatchBytes:      c.BatchBytes,
+		PollInterval:    c.PollInterval,
+		LeaseTimeout:    c.LeaseTimeout,
+		ProduceTimeout:  c.ProduceTimeout,
+		Retention:       c.Retention,
+		MaxMessageBytes: c.MaxMessageBytes,
 	}
 }

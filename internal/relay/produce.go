@@ -66,13 +66,12 @@ type sendResult struct {
 
 // record builds the Kafka record for w (docs/contract.md, "Kafka record")
 // under the span context in ctx, which it carries into the producer's hooks.
-func record(ctx context.Context, w *row, cloudEventsSource string) *kgo.Record {
+func record(ctx context.Context, w *row) *kgo.Record {
 	tp, ts := tracing.Traceparent(ctx)
 	rec := contract.Encode(contract.Event{
 		DedupID: w.ID.String(), Topic: w.Topic, AssetID: w.AssetID, AssetSeq: w.AssetSeq,
 		EventType: w.EventType, Payload: []byte(w.Payload), Headers: w.Headers,
 		TraceID: tracing.TraceID(ctx), Traceparent: tp, Tracestate: ts,
-		CreatedAt: w.CreatedAt, CloudEventsSource: cloudEventsSource,
 	})
 	rec.Context = ctx
 	return rec
@@ -124,7 +123,7 @@ func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []s
 	for _, i := range idx {
 		w := rows[i]
 		sctx, span := r.startSpan(pctx, w)
-		rec := record(sctx, w, r.cfg.CloudEventsSource)
+		rec := record(sctx, w)
 		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
 			defer wg.Done()
 			results[i] = sendResult{partition: rec.Partition, offset: rec.Offset, err: err}
@@ -144,7 +143,7 @@ func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {
 	defer cancel()
 	sctx, span := r.startSpan(pctx, w)
 	span.SetAttributes(attribute.Bool("outbox.resent_alone", true))
-	rec := record(sctx, w, r.cfg.CloudEventsSource)
+	rec := record(sctx, w)
 	res := r.client.ProduceSync(pctx, rec)
 	out := sendResult{partition: rec.Partition, offset: rec.Offset, err: res.FirstErr()}
 	endSpan(span, out)
