@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxbridge/bridge/internal/topicname"
 	"github.com/outboxbridge/bridge/internal/keyring"
+	"github.com/outboxbridge/bridge/internal/topicname"
 )
 
 // Log configures logging.
@@ -586,7 +586,7 @@ type Config struct {
 	Webhook  Webhook
 	// Operations: BRIDGE_OPERATIONS_TOPIC.
 	Operations Operations
-	Secrets  Secrets
+	Secrets    Secrets
 }
 
 // Error is a configuration error naming the variable at fault.

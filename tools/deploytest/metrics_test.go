@@ -232,7 +232,6 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		return nil, err
 	}
 
-
 	topic := "deploytest-" + strings.ReplaceAll(suffix, "_", "-")
 	port, err := freePort()
 	if err != nil {

@@ -75,21 +75,21 @@ FROM bridge.subscriptions s`
 // Subscription is an endpoint and what it receives. Secret is set only in
 // the answer to Create and RotateSecret: it is shown once.
 type Subscription struct {
-	ID                  string       `json:"id" db:"id"`
-	URL                 string       `json:"url" db:"url"`
-	Description         string       `json:"description" db:"description"`
-	EventTypes          []string     `json:"event_types" db:"event_types"`
-	Topic               string       `json:"topic,omitempty" db:"topic"`
-	Enabled             bool         `json:"enabled" db:"enabled"`
-	DisabledReason      string       `json:"disabled_reason,omitempty" db:"disabled_reason"`
-	DisabledAt          *time.Time   `json:"disabled_at,omitempty" db:"disabled_at"`
-	ConsecutiveFailures int          `json:"consecutive_failures" db:"consecutive_failures"`
-	CreatedAt           time.Time    `json:"created_at" db:"created_at"`
-	UpdatedAt           time.Time    `json:"updated_at" db:"updated_at"`
+	ID                  string     `json:"id" db:"id"`
+	URL                 string     `json:"url" db:"url"`
+	Description         string     `json:"description" db:"description"`
+	EventTypes          []string   `json:"event_types" db:"event_types"`
+	Topic               string     `json:"topic,omitempty" db:"topic"`
+	Enabled             bool       `json:"enabled" db:"enabled"`
+	DisabledReason      string     `json:"disabled_reason,omitempty" db:"disabled_reason"`
+	DisabledAt          *time.Time `json:"disabled_at,omitempty" db:"disabled_at"`
+	ConsecutiveFailures int        `json:"consecutive_failures" db:"consecutive_failures"`
+	CreatedAt           time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt           time.Time  `json:"updated_at" db:"updated_at"`
 	// History is the backfill `create --since` asked for (nil: none).
-	History *History `json:"history,omitempty" db:"history"`
-	Secret              string       `json:"secret,omitempty" db:"-"`
-	Secrets             []SecretInfo `json:"secrets,omitempty" db:"-"`
+	History *History     `json:"history,omitempty" db:"history"`
+	Secret  string       `json:"secret,omitempty" db:"-"`
+	Secrets []SecretInfo `json:"secrets,omitempty" db:"-"`
 }
 
 // Route is a subscription as the consumer's router sees it.
