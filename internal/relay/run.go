@@ -102,8 +102,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); r.keepLanes(bgCtx) }()
+	go func() { defer wg.Done(); r.listenLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listen(bgCtx, wake) }()
 	go func() { defer wg.Done(); r.retain(bgCtx) }()
 
@@ -198,7 +199,19 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 
 func (r *Relay) keepLanes(ctx context.Context) {
 	// Renew well within the lease so one slow round trip does not lose it.
-	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log}, r.lanes.tick)
+	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log,
+		Kick: r.lanes.kick}, r.lanes.tick)
+}
+
+// listenLanes makes the upkeep tick as soon as another replica announces a
+// change of lanes (see LanesChannel), and announces this one once it can
+// hear the answers.
+func (r *Relay) listenLanes(ctx context.Context) {
+	service.Listen(ctx, service.Listener{
+		Pool: r.pool, Channel: LanesChannel, Logger: r.log,
+		Connected: r.lanes.listening,
+		Notified:  r.lanes.heard,
+	}, make(chan struct{}, 1)) // the kicks go through Connected/Notified
 }
 
 // listen wakes the loop on NOTIFY bridge_outbox (sent by a trigger at
