@@ -66,6 +66,7 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	if !more {
 		r.cursor = 0 // caught up: the next claim starts from the floor
 	} else {
+		r.wantStats() // a backlog: are the planner's statistics still true?
 		r.cursor = claimed[len(claimed)-1].Seq
 	}
 	return claimed, more, nil

@@ -50,6 +50,13 @@ type Relay struct {
 	// outage) are retried without charging the rows.
 	noChargeUntil time.Time
 
+	// statsWanted asks refreshStats to check the outbox's planner
+	// statistics (a claim found a backlog); statsCheckedAt is when it last
+	// did (refreshStats only).
+	statsWanted    chan struct{}
+	statsCheckedAt time.Time
+	statsWarned    bool
+
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
 	// lanes: a process crash at the worst moment, for tests.
@@ -69,6 +76,8 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		lanes:  newLaneKeeper(pool, cfg.MemberID, host, cfg.LeaseTimeout, cfg.Logger),
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
+
+		statsWanted: make(chan struct{}, 1),
 	}
 	r.lowered.Store(math.MaxInt64)
 	return r
@@ -102,7 +111,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); r.refreshStats(bgCtx) }()
 	go func() { defer wg.Done(); r.keepLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listenLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listen(bgCtx, wake) }()
@@ -244,6 +254,64 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 			r.lowerFloor(seq - 1)
 		},
 	}, wake)
+}
+
+// statsCheckEvery: how often at most a backlog makes refreshStats look at
+// the outbox's statistics (one catalog lookup).
+const statsCheckEvery = 30 * time.Second
+
+// wantStats asks refreshStats for a look at the statistics; called by the
+// claim when it found a backlog (a full batch). Never blocks.
+func (r *Relay) wantStats() {
+	select {
+	case r.statsWanted <- struct{}{}:
+	default:
+	}
+}
+
+// refreshStats ANALYZEs bridge.outbox when a backlog meets statistics that
+// no longer describe the table (see outboxstore's stats.go): a burst into a
+// table analyzed while idle got ~200 ms claims, for up to a minute, until
+// autovacuum's next round. Off the relay loop: the loop goes on claiming
+// meanwhile, and the claims are replanned once the statistics change.
+func (r *Relay) refreshStats(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.statsWanted:
+		}
+		if time.Since(r.statsCheckedAt) < statsCheckEvery {
+			continue
+		}
+		r.statsCheckedAt = time.Now()
+		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
+		switch {
+		case err != nil:
+			if !service.Stopping(ctx, err) {
+				r.log.WarnContext(ctx, "check bridge.outbox statistics", "error", err)
+			}
+		case !st.Stale:
+		case !st.CanAnalyze:
+			if !r.statsWarned {
+				r.statsWarned = true
+				r.log.WarnContext(ctx, "bridge.outbox's planner statistics are stale and this role may not ANALYZE it: claims may be slow until autovacuum analyzes it (ANALYZE bridge.outbox as its owner, or lower its autovacuum_analyze_scale_factor)",
+					"rows_in_statistics", st.Rows)
+			}
+		default:
+			started := time.Now()
+			if err := outboxstore.AnalyzeOutbox(qctx, r.pool); err != nil {
+				if !service.Stopping(ctx, err) {
+					r.log.WarnContext(ctx, "refresh stale bridge.outbox statistics", "error", err)
+				}
+				break
+			}
+			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
+				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
+		}
+		cancel()
+	}
 }
 
 // retain deletes SENT rows past the retention in bounded batches.
