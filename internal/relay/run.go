@@ -258,7 +258,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 
 // statsCheckEvery: how often at most a backlog makes refreshStats look at
 // the outbox's statistics (one catalog lookup).
-const statsCheckEvery = 30 * time.Second
+const statsCheckEvery = 10 * time.Second
 
 // wantStats asks refreshStats for a look at the statistics; called by the
 // claim when it found a backlog (a full batch). Never blocks.

@@ -47,7 +47,11 @@ func TestBurstIntoTableAnalyzedEmptyRefreshesStatistics(t *testing.T) {
 		n := analyzes()
 		return testkit.Unless(n > before, "the relay analyzed bridge.outbox (manual analyzes %d, before the burst %d)", n, before)
 	})
-	if st, err := outboxstore.ReadOutboxStats(ctx, b.db.Pool); err != nil || st.Stale || st.Rows < rows/2 {
-		t.Fatalf("statistics after the relay's analyze: %+v, %v; want fresh, describing ~%d rows", st, err, rows)
+	// Not "not stale": the fill's change counts may reach the cumulative
+	// statistics only after the relay's ANALYZE, and then say stale again
+	// (one more ANALYZE, 10 s later at the earliest). What matters is what
+	// the planner now believes.
+	if st, err := outboxstore.ReadOutboxStats(ctx, b.db.Pool); err != nil || st.Rows < rows/2 {
+		t.Fatalf("statistics after the relay's analyze: %+v, %v; want them describing ~%d rows", st, err, rows)
 	}
 }
