@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"net/netip"
@@ -718,14 +719,9 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 // listVars are the variables read as comma-separated lists.
 func listVars() []string {
 	var out []string
-	t := reflect.TypeFor[Config]()
-	for i := 0; i < t.NumField(); i++ {
-		st := t.Field(i).Type
-		for j := 0; j < st.NumField(); j++ {
-			f := st.Field(j)
-			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
-				out = append(out, name)
-			}
+	for name, f := range envFields() {
+		if f.Tag.Get("envSeparator") != "" {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -735,17 +731,30 @@ func listVars() []string {
 // errors name them without their value.
 func secretVars() map[string]bool {
 	out := map[string]bool{}
-	t := reflect.TypeFor[Config]()
-	for i := 0; i < t.NumField(); i++ {
-		st := t.Field(i).Type
-		for j := 0; j < st.NumField(); j++ {
-			f := st.Field(j)
-			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("secret") != "" {
-				out[name] = true
-			}
+	for name, f := range envFields() {
+		if f.Tag.Get("secret") != "" {
+			out[name] = true
 		}
 	}
 	return out
+}
+
+// envFields yields each field of the config structs that is read from the
+// environment, with its variable's name: the one walk over the env tags that
+// Vars, listVars and secretVars filter.
+func envFields() iter.Seq2[string, reflect.StructField] {
+	return func(yield func(string, reflect.StructField) bool) {
+		t := reflect.TypeFor[Config]()
+		for i := 0; i < t.NumField(); i++ {
+			st := t.Field(i).Type
+			for j := 0; j < st.NumField(); j++ {
+				f := st.Field(j)
+				if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && !yield(name, f) {
+					return
+				}
+			}
+		}
+	}
 }
 
 func isOnlyUnset(err error) bool {

@@ -57,8 +57,11 @@ func Unavailable(t testing.TB, service, how string, err error) {
 
 // DocumentedDefaults fails the test for each default that a stage's config
 // source file documents in a field comment but that differs from the
-// environment variable's envDefault: the comment is what a reader trusts.
-func DocumentedDefaults(t testing.TB, configFile string) {
+// environment variable's envDefault (the comment is what a reader trusts),
+// and for each environment-backed field that the stage's withDefaults
+// (applied: Config{}.withDefaults()) does not set to its envDefault (env:
+// ConfigFromEnv of config.Defaults()).
+func DocumentedDefaults[C any](t testing.TB, configFile string, applied, env C) {
 	t.Helper()
 	src, err := os.ReadFile(configFile)
 	if err != nil {
@@ -68,7 +71,7 @@ func DocumentedDefaults(t testing.TB, configFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range bad {
+	for _, b := range append(bad, config.DefaultsNotApplied(applied, env)...) {
 		t.Error(b)
 	}
 }
