@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // The operator's view of the table: `bridge outbox stats|failed|replay`, the
@@ -87,15 +89,7 @@ type FailedRow struct {
 // ListFailed returns up to limit FAILED rows with seq above afterSeq, in seq
 // order (topic "" = all; afterSeq 0 = from the start).
 func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload bool, afterSeq int64) ([]FailedRow, error) {
-	rows, err := db.Query(ctx, listFailedSQL, topic, limit, withPayload, afterSeq)
-	if err != nil {
-		return nil, fmt.Errorf("list failed outbox rows: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[FailedRow])
-	if err != nil {
-		return nil, fmt.Errorf("list failed outbox rows: %w", err)
-	}
-	return out, nil
+	return statement.Select[FailedRow](ctx, db, "list failed outbox rows", listFailedSQL, topic, limit, withPayload, afterSeq)
 }
 
 // replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps

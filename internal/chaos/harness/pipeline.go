@@ -24,6 +24,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
+	"github.com/outboxbridge/bridge/internal/service"
 )
 
 // Pipeline is one fault run's world: a database, brokers, the bridge
@@ -419,16 +420,10 @@ func (p *Pipeline) Load(ctx context.Context, rate int) {
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-			t := time.NewTicker(tick)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			service.Every(ctx, service.Loop{Name: "chaos load", Interval: tick}, func(ctx context.Context) error {
 				p.oneTx(ctx, rng)
-			}
+				return nil
+			})
 		}(w)
 	}
 	wg.Wait()

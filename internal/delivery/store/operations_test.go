@@ -179,13 +179,7 @@ func TestReclaimedLastAttemptAnnouncesTheDeath(t *testing.T) {
 	b.store.Operations = testOps
 	ctx := context.Background()
 	s := b.createSub(t, "https://a.example/hook")
-	id := b.insert(t, s.ID, "x", 1, `{}`)
-	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET attempts = 2 WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 1, MaxInFlight: 8, Lease: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	id := b.stalledOnLastAttempt(t, s.ID)
 	var dead int
 	for dead == 0 { // the lease is a millisecond: wait for it to run out
 		var err error
