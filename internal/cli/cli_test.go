@@ -381,27 +381,8 @@ func TestCLIMigrateSilentServerTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted []net.Conn
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	})
-	defer func() {
-		ln.Close()
-		wg.Wait()
-		for _, c := range accepted {
-			c.Close()
-		}
-	}()
+	// Accept and hold every connection, never answering.
+	serveTCP(t, ln, func(c net.Conn, _ *sync.WaitGroup) []net.Conn { return []net.Conn{c} })
 
 	const timeout = 2 * time.Second
 	r := bridge(t, map[string]string{

@@ -43,11 +43,7 @@ func setup(t testing.TB, be kafkatest.Backend, partitions int32) *testBundle {
 	db := pgtest.New(t)
 	brokers := be.Brokers(t)
 	topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("producer: %v", err)
-	}
-	t.Cleanup(producer.Close)
+	producer := kafkatest.Client(t, brokers)
 	return &testBundle{db: db, brokers: brokers, topic: topic, group: "g-" + topic, producer: producer}
 }
 

@@ -59,6 +59,19 @@ func Fake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 
 var topicCounter atomic.Int64
 
+// Client is a franz-go client seeded with brokers (and opts), closed when t
+// ends: the producers and admin clients tests set up beside the code under
+// test.
+func Client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // TopicName returns a name no other test uses.
 func TopicName(t testing.TB) string {
 	name := strings.Map(func(r rune) rune {
