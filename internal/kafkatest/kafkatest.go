@@ -93,6 +93,15 @@ func TopicName(t testing.TB) string {
 func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[string]*string) string {
 	t.Helper()
 	name := TopicName(t)
+	CreateTopicNamed(t, brokers, name, partitions, configs)
+	return name
+}
+
+// CreateTopicNamed is CreateTopic for a topic whose name the test chooses
+// (a "<topic>.dlq" beside a fresh topic): created, waited for until every
+// partition has a leader, deleted when t ends.
+func CreateTopicNamed(t testing.TB, brokers []string, name string, partitions int32, configs map[string]*string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
@@ -137,7 +146,6 @@ func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[s
 		_, _ = adm.DeleteTopics(ctx, name)
 		cl.Close()
 	})
-	return name
 }
 
 // ConsumeAll reads every record of topic from the start until want records
