@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
@@ -119,26 +120,9 @@ func CreateTopicNamed(t testing.TB, brokers []string, name string, partitions in
 	}
 	// Wait until the metadata shows every partition with a leader, so the
 	// first produce does not race topic creation.
-	for {
-		md, err := adm.Metadata(ctx, name)
-		if err == nil {
-			if td, ok := md.Topics[name]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
-				ready := true
-				for _, p := range td.Partitions {
-					if p.Leader < 0 || p.Err != nil {
-						ready = false
-					}
-				}
-				if ready {
-					break
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			cl.Close()
-			t.Fatalf("topic %s never became ready", name)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if kafkaclient.WaitTopicReady(ctx, adm, name, int(partitions), 0) != nil {
+		cl.Close()
+		t.Fatalf("topic %s never became ready", name)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
