@@ -417,22 +417,7 @@ func requireOneCorrectSchema(t *testing.T, pool *pgxpool.Pool) {
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT lane) FROM bridge.relay_lanes`).Scan(&lanes, &distinctLanes); err != nil || lanes != 64 || distinctLanes != 64 {
 		t.Errorf("bridge.relay_lanes has %d rows, %d distinct (%v), want 64", lanes, distinctLanes, err)
 	}
-	rows, err := pool.Query(ctx, `SELECT version_id FROM public.`+database.MigrationsTable+` WHERE version_id > 0 ORDER BY version_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var versions []int64
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		versions = append(versions, v)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	versions := pgtest.Column[int64](t, pool, `SELECT version_id FROM public.`+database.MigrationsTable+` WHERE version_id > 0 ORDER BY version_id`)
 	if want := database.Versions(); !slices.Equal(versions, want) {
 		t.Errorf("%s records versions %v, want each of %v once", database.MigrationsTable, versions, want)
 	}
