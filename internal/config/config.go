@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,17 +36,11 @@ type Log struct {
 }
 
 func (c Log) validate() error {
-	switch strings.ToLower(c.Level) {
-	case "debug", "info", "warn", "warning", "error":
-	default:
-		return fieldError("LOG_LEVEL", c.Level, "must be one of debug, info, warn, error")
+	if err := oneOf("LOG_LEVEL", c.Level, strings.ToLower(c.Level), "must be one of debug, info, warn, error",
+		"debug", "info", "warn", "warning", "error"); err != nil {
+		return err
 	}
-	switch c.Format {
-	case "text", "json":
-	default:
-		return fieldError("LOG_FORMAT", c.Format, "must be text or json")
-	}
-	return nil
+	return oneOf("LOG_FORMAT", c.Format, c.Format, "must be text or json", "text", "json")
 }
 
 // Database configures the PostgreSQL connection.
@@ -179,15 +174,13 @@ func (c Kafka) Validate(requireBrokers bool) error {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
 		}
 	}
-	switch strings.ToLower(c.LogLevel) {
-	case "", "debug", "info", "warn", "warning", "error", "none":
-	default:
-		return fieldError("KAFKA_LOG_LEVEL", c.LogLevel, "must be one of debug, info, warn, error, none")
+	if err := oneOf("KAFKA_LOG_LEVEL", c.LogLevel, strings.ToLower(c.LogLevel), "must be one of debug, info, warn, error, none",
+		"", "debug", "info", "warn", "warning", "error", "none"); err != nil {
+		return err
 	}
-	switch c.SASLMechanism {
-	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-	default:
-		return fieldError("KAFKA_SASL_MECHANISM", c.SASLMechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	if err := oneOf("KAFKA_SASL_MECHANISM", c.SASLMechanism, c.SASLMechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+		"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"); err != nil {
+		return err
 	}
 	if c.SASLMechanism != "" && (c.SASLUsername == "" || c.SASLPassword == "") {
 		return fieldError("KAFKA_SASL_USERNAME", "", "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with KAFKA_SASL_MECHANISM")
@@ -400,12 +393,7 @@ func (c Consumer) Validate(requireTopics bool) error {
 	if c.RebalanceTimeout < time.Second {
 		return fieldError("CONSUMER_REBALANCE_TIMEOUT", c.RebalanceTimeout.String(), "must be at least 1s")
 	}
-	switch c.GroupProtocol {
-	case "classic", "consumer":
-	default:
-		return fieldError("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, "must be classic or consumer")
-	}
-	return nil
+	return oneOf("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, c.GroupProtocol, "must be classic or consumer", "classic", "consumer")
 }
 
 // Webhook configures `bridge deliver` and subscription management.
@@ -610,6 +598,16 @@ const problemUnset = "is required but not set"
 // Unset reports whether the error is a required variable left unset (as
 // opposed to one set to something wrong).
 func (e *Error) Unset() bool { return e.Problem == problemUnset }
+
+// oneOf is the error for variable name when match (its value, or the
+// value's lower case for a case-insensitive one) is none of allowed; nil when
+// it is one. The error shows value as it was given.
+func oneOf(name, value, match, problem string, allowed ...string) error {
+	if slices.Contains(allowed, match) {
+		return nil
+	}
+	return fieldError(name, value, problem)
+}
 
 func fieldError(name, value, problem string) error {
 	return &Error{Var: name, Value: value, Problem: problem}
