@@ -143,11 +143,7 @@ func (a *adminAPI) getSubscription(w http.ResponseWriter, r *http.Request) error
 }
 
 func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, store.ParseID)
-	if err != nil {
-		return err
-	}
-	req, err := body[subscriptionRequest](w, r, false)
+	id, req, err := subscriptionAndBody[subscriptionRequest](w, r, false)
 	if err != nil {
 		return err
 	}
@@ -186,6 +182,18 @@ func (a *adminAPI) enableSubscription(w http.ResponseWriter, r *http.Request) er
 	return subscriptionAction(w, r, a.subs.Enable, withoutSecret)
 }
 
+// subscriptionAndBody starts a handler that changes the path's subscription
+// as its JSON body says: the id is checked before the body is read.
+func subscriptionAndBody[T any](w http.ResponseWriter, r *http.Request, optional bool) (string, T, error) {
+	id, err := pathID(r, store.ParseID)
+	if err != nil {
+		var zero T
+		return "", zero, err
+	}
+	req, err := body[T](w, r, optional)
+	return id, req, err
+}
+
 // subscriptionAction is POST /subscriptions/{id}/<action> for an action that
 // takes no input: act on the path's subscription, answer it as show gives it.
 func subscriptionAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string) (*store.Subscription, error),
@@ -206,11 +214,7 @@ type disableRequest struct {
 }
 
 func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, store.ParseID)
-	if err != nil {
-		return err
-	}
-	req, err := body[disableRequest](w, r, true)
+	id, req, err := subscriptionAndBody[disableRequest](w, r, true)
 	if err != nil {
 		return err
 	}

@@ -253,7 +253,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		adminapi.Mount(rt.Ops, acfg)
 		// The console under /ui/, with the same token.
 		ccfg := console.FromConfig(cfg, rt.Pool, logger)
-		ccfg.AuthMetrics = acfg.Metrics
+		ccfg.Metrics = acfg.Metrics
 		ui, err := console.Mount(rt.Ops, ccfg)
 		if err != nil {
 			return nil, err

@@ -124,11 +124,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	var authFailures atomic.Int64
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
 	ops := opsserver.New(opsserver.Config{Addr: "127.0.0.1:0", Logger: logger})
-	adminapi.Mount(ops, adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger})
+	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger}
+	adminapi.Mount(ops, api)
+	api.Metrics = authCounter{&authFailures} // the console's wrong tokens only
 	kcfg := kafkaConfig(brokers)
-	ui, err := console.Mount(ops, console.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour,
+	ui, err := console.Mount(ops, console.Config{Config: api,
 		JaegerQueryURL: query, JaegerUIURL: "http://jaeger-ui.invalid:16686", Kafka: kcfg, ConsumerGroup: group,
-		SampleEvery: time.Second, Logger: logger, AuthMetrics: authCounter{&authFailures}})
+		SampleEvery: time.Second})
 	if err != nil || ui == nil {
 		t.Fatalf("console.Mount = %v, %v", ui, err)
 	}

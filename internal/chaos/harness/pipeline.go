@@ -23,6 +23,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/service"
 )
@@ -248,24 +249,10 @@ func createTopic(ctx context.Context, brokers []string, topic string, parts int3
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	for ctx.Err() == nil {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(parts) {
-				ready := true
-				for _, pd := range td.Partitions {
-					if pd.Leader < 0 || pd.Err != nil || len(pd.ISR) < int(rf) {
-						ready = false
-					}
-				}
-				if ready {
-					return nil
-				}
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	if kafkaclient.WaitTopicReady(ctx, adm, topic, int(parts), int(rf)) != nil {
+		return fmt.Errorf("topic %s never became ready", topic)
 	}
-	return fmt.Errorf("topic %s never became ready", topic)
+	return nil
 }
 
 // StartProcs starts every bridge process.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
 const testOps = "bridge.operations"
@@ -22,21 +23,8 @@ type announced struct {
 // announcements reads the operational events in bridge.outbox, in relay order.
 func (b *testBundle) announcements(t *testing.T) []announced {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(),
+	return pgtest.Structs[announced](t, b.pool,
 		`SELECT event_type, coalesce(asset_id, ''), payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, testOps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []announced
-	for rows.Next() {
-		var a announced
-		if err := rows.Scan(&a.EventType, &a.AssetID, &a.Payload); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
 }
 
 func types(as []announced) []string {
