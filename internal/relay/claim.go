@@ -48,7 +48,7 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
 		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
-		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes,
+		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, FreshPlan: r.freshPlans.Load(),
 	})
 	if err != nil {
 		return nil, false, err

@@ -56,6 +56,10 @@ type Relay struct {
 	statsWanted    chan struct{}
 	statsCheckedAt time.Time
 	statsWarned    bool
+	// freshPlans: claims are planned on each execution (see
+	// outboxstore.Claim) — until refreshStats has seen statistics that
+	// describe a table of freshPlansBelow rows or more.
+	freshPlans atomic.Bool
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
@@ -80,6 +84,7 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		statsWanted: make(chan struct{}, 1),
 	}
 	r.lowered.Store(math.MaxInt64)
+	r.freshPlans.Store(true)
 	return r
 }
 
@@ -256,6 +261,11 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}, wake)
 }
 
+// freshPlansBelow: while the statistics describe fewer rows than this (or
+// are stale), claims are planned on each execution: a generic plan made from
+// such statistics is the one that scans a burst once per asset.
+const freshPlansBelow = 10000
+
 // statsCheckEvery: how often at most a backlog makes refreshStats look at
 // the outbox's statistics (one catalog lookup).
 const statsCheckEvery = 10 * time.Second
@@ -269,24 +279,32 @@ func (r *Relay) wantStats() {
 	}
 }
 
-// refreshStats ANALYZEs bridge.outbox when a backlog meets statistics that
+// refreshStats looks at bridge.outbox's statistics every statsCheckEvery
+// (one catalog lookup), and sooner when a claim asks; it decides whether
+// claims are planned on each execution, and ANALYZEs bridge.outbox when a backlog meets statistics that
 // no longer describe the table (see outboxstore's stats.go): a burst into a
 // table analyzed while idle got ~200 ms claims, for up to a minute, until
 // autovacuum's next round. Off the relay loop: the loop goes on claiming
 // meanwhile, and the claims are replanned once the statistics change.
 func (r *Relay) refreshStats(ctx context.Context) {
+	tick := time.NewTicker(statsCheckEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.statsWanted:
-		}
-		if time.Since(r.statsCheckedAt) < statsCheckEvery {
-			continue
+			if time.Since(r.statsCheckedAt) < statsCheckEvery {
+				continue
+			}
+		case <-tick.C:
 		}
 		r.statsCheckedAt = time.Now()
 		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
+		if err == nil {
+			r.freshPlans.Store(st.Stale || st.Rows < freshPlansBelow)
+		}
 		switch {
 		case err != nil:
 			if !service.Stopping(ctx, err) {
@@ -309,6 +327,9 @@ func (r *Relay) refreshStats(ctx context.Context) {
 			}
 			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
 				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
+			if now, err := outboxstore.ReadOutboxStats(qctx, r.pool); err == nil {
+				r.freshPlans.Store(now.Stale || now.Rows < freshPlansBelow)
+			}
 		}
 		cancel()
 	}
