@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
 // StatementCeiling drains every NEW row of pool's outbox through the relay's
@@ -20,6 +22,11 @@ import (
 // much). Run it on a scratch database with no relay running.
 func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int, time.Duration, error) {
 	r := New(pool, nil, cfg)
+	// Claims planned as the relay would plan them here (refreshStats does
+	// not run in the ceiling).
+	if st, err := outboxstore.ReadOutboxStats(ctx, pool); err == nil {
+		r.freshPlans.Store(st.Stale || st.Rows < freshPlansBelow)
+	}
 	if err := r.lanes.tick(ctx); err != nil {
 		return 0, 0, err
 	}
