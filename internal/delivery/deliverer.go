@@ -344,13 +344,19 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			}
 		}
 		full, soon := false, false
+		var rateWait time.Duration
 		if want > 0 {
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			began := time.Now()
-			claims, contended, err := d.store.ClaimShare(qctx, store.ClaimParams{
+			res, err := d.store.ClaimShare(qctx, store.ClaimParams{
 				ClaimedBy: d.cfg.ID, Limit: want, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
 				Loops: d.cfg.ClaimLoops, Loop: loop, Bytes: int(budget),
 			})
+			claims, contended := res.Claims, res.Contended
+			// A rate-limited subscription out of tokens: nothing will poke
+			// this loop when its next token is due, so it sets a timer
+			// rather than waiting for the poll tick (or polling).
+			rateWait = res.RateWait
 			cancel()
 			d.stats.claims.Add(1)
 			d.stats.claimed.Add(int64(len(claims)))
@@ -397,15 +403,19 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		if full {
 			continue // there may be more; workers are busy now, so free will be 0 or small
 		}
-		var again <-chan time.Time
+		var again, due <-chan time.Time
 		if soon {
 			again = time.After(claimLinger << min(contendedEmpty-1, 4))
+		}
+		if rateWait > 0 {
+			due = time.After(rateWait)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
 		case <-again:
+		case <-due:
 		case <-ticker.C:
 		}
 	}
