@@ -182,12 +182,19 @@ const (
 // itself.
 func DefaultRateBurst(rate int) int { return max(1, (rate+9)/10) }
 
+// CheckRate checks in's rate limit and burst, naming the field (the CLI
+// checks its flags with it before connecting).
+func (in SubscriptionInput) CheckRate() error {
+	_, _, err := in.rate()
+	return err
+}
+
 // rate resolves in's rate limit to the values stored (limit, burst), nil
 // when it does not change; it checks them, naming the flag.
 func (in SubscriptionInput) rate() (limit, burst *int, err error) {
 	if in.RateLimit == nil {
 		if in.RateBurst != nil {
-			return nil, nil, &ValidationError{Field: "rate-burst", Problem: "needs rate-limit given with it (a burst is part of the limit)"}
+			return nil, nil, &ValidationError{Field: "rate-burst", Problem: "needs a rate limit given with it (the burst is part of the limit)"}
 		}
 		return nil, nil, nil
 	}
@@ -199,7 +206,7 @@ func (in SubscriptionInput) rate() (limit, burst *int, err error) {
 	b := 0
 	switch {
 	case l == 0 && in.RateBurst != nil && *in.RateBurst != 0:
-		return nil, nil, &ValidationError{Field: "rate-burst", Value: strconv.Itoa(*in.RateBurst), Problem: "needs a rate-limit above 0"}
+		return nil, nil, &ValidationError{Field: "rate-burst", Value: strconv.Itoa(*in.RateBurst), Problem: "needs a rate limit above 0"}
 	case l == 0:
 	case in.RateBurst == nil:
 		b = DefaultRateBurst(l)
@@ -314,8 +321,7 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 	if in.Since != nil && !create {
 		return &ValidationError{Field: "since", Problem: "can only be given when the subscription is created"}
 	}
-	_, _, err := in.rate()
-	return err
+	return in.CheckRate()
 }
 
 // querySubscription runs a statement that returns one subscription.
