@@ -12,15 +12,7 @@ import (
 // listDeliveries pages the delivery log newest first (the store's keyset on
 // id). ?asset= with an empty value selects the null-asset stream.
 func (a *adminAPI) listDeliveries(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "subscription", "status", "asset", "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	limit, err := parseLimit(q)
-	if err != nil {
-		return err
-	}
-	after, err := decodeCursor(q, cursorDeliveries)
+	q, limit, after, err := pageQuery(r, cursorDeliveries, "subscription", "status", "asset")
 	if err != nil {
 		return err
 	}
@@ -48,8 +40,8 @@ func (a *adminAPI) listDeliveries(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func deliveryID(r *http.Request) (int64, error) {
-	s := r.PathValue("id")
+// deliveryID parses a delivery id of the path.
+func deliveryID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 {
 		return 0, badRequest("id", fmt.Sprintf("%q is not a delivery id (a positive integer)", s))
@@ -58,10 +50,7 @@ func deliveryID(r *http.Request) (int64, error) {
 }
 
 func (a *adminAPI) getDelivery(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	id, err := deliveryID(r)
+	id, err := pathID(r, deliveryID)
 	if err != nil {
 		return err
 	}
@@ -74,10 +63,7 @@ func (a *adminAPI) getDelivery(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *adminAPI) deliveryAttempts(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	id, err := deliveryID(r)
+	id, err := pathID(r, deliveryID)
 	if err != nil {
 		return err
 	}
@@ -107,11 +93,8 @@ type reviveResponse struct {
 }
 
 func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	var req reviveRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	req, err := body[reviveRequest](w, r, false)
+	if err != nil {
 		return err
 	}
 	bySub := req.SubscriptionID != nil
@@ -127,7 +110,6 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 	}
 	var revived []int64
 	var notRevived []store.NotRevived
-	var err error
 	if bySub {
 		id, perr := store.ParseID(*req.SubscriptionID)
 		if perr != nil {

@@ -28,18 +28,12 @@ func (a *adminAPI) outboxStats(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *adminAPI) outboxFailed(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "topic", "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	limit, err := parseLimit(q)
+	q, limit, pos, err := pageQuery(r, cursorFailed, "topic")
 	if err != nil {
 		return err
 	}
 	var after int64
-	if pos, err := decodeCursor(q, cursorFailed); err != nil {
-		return err
-	} else if pos != "" {
+	if pos != "" {
 		if after, err = strconv.ParseInt(pos, 10, 64); err != nil || after < 0 {
 			return badRequest("cursor", "is not a next_cursor returned by this list")
 		}
@@ -76,11 +70,8 @@ type replayResponse struct {
 }
 
 func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	var req replayRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	req, err := body[replayRequest](w, r, false)
+	if err != nil {
 		return err
 	}
 	switch {
@@ -95,7 +86,6 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 	}
 	var n int64
 	var skipped []outboxstore.NotReplayed
-	var err error
 	if req.AllFailed {
 		var topic string
 		var since time.Duration

@@ -26,11 +26,8 @@ type recoverResponse struct {
 // unknown subscription is a 400 on subscription_id (the window names it as
 // input, like since and until), not a 404 of the path.
 func (a *adminAPI) recoverDeliveries(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	var req recoverRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	req, err := body[recoverRequest](w, r, false)
+	if err != nil {
 		return err
 	}
 	if req.SubscriptionID == nil {

@@ -275,3 +275,42 @@ func decodeCursor(q url.Values, kind string) (string, error) {
 	}
 	return "", badRequest("cursor", "is not a next_cursor returned by this list")
 }
+
+// body starts a handler that takes a JSON body and no query parameter: it
+// refuses any parameter, then decodes the body into a T (optional: an empty
+// body is the zero T). Every such handler checks its input in this order,
+// so one bad request is answered alike by each.
+func body[T any](w http.ResponseWriter, r *http.Request, optional bool) (T, error) {
+	var req T
+	if _, err := query(r); err != nil {
+		return req, err
+	}
+	err := decodeBody(w, r, &req, optional)
+	return req, err
+}
+
+// pathID starts a handler of one resource, /…/{id}, that takes no query
+// parameter: it refuses any parameter, then parses the id with parse.
+func pathID[ID any](r *http.Request, parse func(string) (ID, error)) (ID, error) {
+	if _, err := query(r); err != nil {
+		var zero ID
+		return zero, err
+	}
+	return parse(r.PathValue("id"))
+}
+
+// pageQuery starts a list handler: it refuses any query parameter but the
+// list's filters, limit and cursor, and reads ?limit= and the position in
+// ?cursor= (a next_cursor of a list of this kind, "" when absent).
+func pageQuery(r *http.Request, kind string, filters ...string) (q url.Values, limit int, pos string, err error) {
+	if q, err = query(r, append(filters, "limit", "cursor")...); err != nil {
+		return nil, 0, "", err
+	}
+	if limit, err = parseLimit(q); err != nil {
+		return nil, 0, "", err
+	}
+	if pos, err = decodeCursor(q, kind); err != nil {
+		return nil, 0, "", err
+	}
+	return q, limit, pos, nil
+}

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -67,15 +68,7 @@ func withoutSecret(s *store.Subscription) *store.Subscription {
 // shown, the store's own order, so rows created or deleted between two
 // requests neither repeat nor hide the others.
 func (a *adminAPI) listSubscriptions(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	limit, err := parseLimit(q)
-	if err != nil {
-		return err
-	}
-	pos, err := decodeCursor(q, cursorSubscriptions)
+	_, limit, pos, err := pageQuery(r, cursorSubscriptions)
 	if err != nil {
 		return err
 	}
@@ -122,11 +115,8 @@ func after(s store.Subscription, at time.Time, id string) bool {
 }
 
 func (a *adminAPI) createSubscription(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	var req subscriptionRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	req, err := body[subscriptionRequest](w, r, false)
+	if err != nil {
 		return err
 	}
 	in, err := req.input()
@@ -158,15 +148,8 @@ func (a *adminAPI) getSubscription(w http.ResponseWriter, r *http.Request) error
 }
 
 func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	id, err := store.ParseID(r.PathValue("id"))
+	id, req, err := subscriptionAndBody[subscriptionRequest](w, r, false)
 	if err != nil {
-		return err
-	}
-	var req subscriptionRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
 	in, err := req.input()
@@ -196,27 +179,39 @@ func (a *adminAPI) deleteSubscription(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
+// rotateSecret answers with the new secret: the one time it is shown.
 func (a *adminAPI) rotateSecret(w http.ResponseWriter, r *http.Request) error {
-	if err := noInput(w, r); err != nil {
-		return err
-	}
-	sub, err := a.subs.RotateSecret(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, sub)
-	return nil
+	return subscriptionAction(w, r, a.subs.RotateSecret, func(s *store.Subscription) *store.Subscription { return s })
 }
 
 func (a *adminAPI) enableSubscription(w http.ResponseWriter, r *http.Request) error {
+	return subscriptionAction(w, r, a.subs.Enable, withoutSecret)
+}
+
+// subscriptionAndBody starts a handler that changes the path's subscription
+// as its JSON body says: the id is checked before the body is read.
+func subscriptionAndBody[T any](w http.ResponseWriter, r *http.Request, optional bool) (string, T, error) {
+	id, err := pathID(r, store.ParseID)
+	if err != nil {
+		var zero T
+		return "", zero, err
+	}
+	req, err := body[T](w, r, optional)
+	return id, req, err
+}
+
+// subscriptionAction is POST /subscriptions/{id}/<action> for an action that
+// takes no input: act on the path's subscription, answer it as show gives it.
+func subscriptionAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string) (*store.Subscription, error),
+	show func(*store.Subscription) *store.Subscription) error {
 	if err := noInput(w, r); err != nil {
 		return err
 	}
-	sub, err := a.subs.Enable(r.Context(), r.PathValue("id"))
+	sub, err := act(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, withoutSecret(sub))
+	writeJSON(w, http.StatusOK, show(sub))
 	return nil
 }
 
@@ -225,15 +220,8 @@ type disableRequest struct {
 }
 
 func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	id, err := store.ParseID(r.PathValue("id"))
+	id, req, err := subscriptionAndBody[disableRequest](w, r, true)
 	if err != nil {
-		return err
-	}
-	var req disableRequest
-	if err := decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
 	var reason string
@@ -254,9 +242,6 @@ func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) e
 // noInput checks a request that takes neither query nor body: an empty body
 // or {} is accepted, anything else is a field the endpoint does not know.
 func noInput(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	var none struct{}
-	return decodeBody(w, r, &none, true)
+	_, err := body[struct{}](w, r, true)
+	return err
 }

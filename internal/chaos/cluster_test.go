@@ -91,16 +91,9 @@ func clusterPipeline(t *testing.T) (*harness.Cluster, *harness.Pipeline) {
 func TestClusterLeaderKill(t *testing.T) {
 	t.Parallel()
 	c, p := clusterPipeline(t)
-	p.StartProcs()
-	sctx, stopSampling := context.WithCancel(context.Background())
-	defer stopSampling()
-	go p.Sample(sctx, 200*time.Millisecond)
-	p.WaitSettled(2 * time.Minute)
+	p.StartSampled()
 
-	load := 30 * time.Second
-	if long() {
-		load = 60 * time.Second
-	}
+	load := loadFor()
 	ctx, cancel := context.WithTimeout(context.Background(), load)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -156,7 +149,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	})
 	p.Load(ctx, 30)
 	loadEnd := time.Now()
-	p.WatchDrain(sctx, loadEnd)
+	p.WatchDrain(t.Context(), loadEnd)
 	wg.Wait()
 	waitFullISR(t, c.Addrs(), p.Topic, 2*time.Minute)
 	// Drain bound: with replication factor 3 the pipeline has caught up
@@ -174,11 +167,7 @@ func TestClusterRollingRestart(t *testing.T) {
 		t.Skip("long variant only (make chaos): three broker restarts take minutes here")
 	}
 	c, p := clusterPipeline(t)
-	p.StartProcs()
-	sctx, stopSampling := context.WithCancel(context.Background())
-	defer stopSampling()
-	go p.Sample(sctx, 200*time.Millisecond)
-	p.WaitSettled(2 * time.Minute)
+	p.StartSampled()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -205,7 +194,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	cancel()
 	<-loadDone
 	loadEnd = time.Now()
-	p.WatchDrain(sctx, loadEnd)
+	p.WatchDrain(t.Context(), loadEnd)
 	// Drain bound as for the leader kill (measured 0.6 s).
 	finish(t, p, "three-broker cluster: rolling restart", loadEnd, time.Minute, 0, 0, false,
 		map[string]any{"steps": strings.Join(steps, "; ")})

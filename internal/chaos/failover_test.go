@@ -34,16 +34,9 @@ func TestPostgresFailover(t *testing.T) {
 		primary.Port, standby.Port)
 	p := harness.NewPipeline(t, harness.PipelineConfig{DBURL: url, Brokers: brokers,
 		Procs: map[string]int{"relay": 2, "consume": 2, "deliver": 2}})
-	p.StartProcs()
-	sctx, stopSampling := context.WithCancel(context.Background())
-	defer stopSampling()
-	go p.Sample(sctx, 200*time.Millisecond)
-	p.WaitSettled(2 * time.Minute)
+	p.StartSampled()
 
-	load := 30 * time.Second
-	if long() {
-		load = 60 * time.Second
-	}
+	load := loadFor()
 	ctx, cancel := context.WithTimeout(context.Background(), load)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -62,7 +55,7 @@ func TestPostgresFailover(t *testing.T) {
 	})
 	p.Load(ctx, 30)
 	loadEnd := time.Now()
-	p.WatchDrain(sctx, loadEnd)
+	p.WatchDrain(t.Context(), loadEnd)
 	wg.Wait()
 	// Drain bound: measured 1.0–2.2 s after the load (the promotion takes
 	// under 2 s); a minute leaves room for a loaded machine.

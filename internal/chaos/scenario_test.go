@@ -20,6 +20,15 @@ import (
 // with longer outages; the default is the short variant `make test` runs.
 func long() bool { return os.Getenv("CHAOS") == "long" }
 
+// loadFor is how long a single-fault scenario offers load: 30s in `make
+// test`, a minute with CHAOS=long.
+func loadFor() time.Duration {
+	if long() {
+		return time.Minute
+	}
+	return 30 * time.Second
+}
+
 // plan is one scenario's timing.
 type plan struct {
 	load          time.Duration
@@ -324,12 +333,7 @@ func TestChaosScenario(t *testing.T) {
 	}
 	url := pg.URL("bridge")
 	p := harness.NewPipeline(t, harness.PipelineConfig{DBURL: url, Brokers: []string{broker.Addr()}})
-	p.StartProcs()
-
-	sctx, stopSampling := context.WithCancel(context.Background())
-	defer stopSampling()
-	go p.Sample(sctx, 200*time.Millisecond)
-	p.WaitSettled(2 * time.Minute)
+	p.StartSampled()
 
 	ctx, cancel := context.WithTimeout(context.Background(), pl.load)
 	defer cancel()
@@ -372,7 +376,7 @@ func TestChaosScenario(t *testing.T) {
 	})
 	p.Load(ctx, pl.rate)
 	loadEnd := time.Now()
-	p.WatchDrain(sctx, loadEnd)
+	p.WatchDrain(t.Context(), loadEnd)
 	wg.Wait()
 	finish(t, p, "single broker: SIGKILLs, receiver/broker/PostgreSQL outages", loadEnd, pl.drainBound, pl.stallBound, pl.takeoverBound, true, nil)
 }

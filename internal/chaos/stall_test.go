@@ -37,9 +37,7 @@ func TestConsumerStallAfterSIGKILL(t *testing.T) {
 	p := harness.NewPipeline(t, harness.PipelineConfig{DBURL: db.URL, Brokers: brokers, Subs: []string{"a"},
 		Procs: map[string]int{"relay": 1, "consume": 2, "deliver": 1}})
 	p.StartProcs()
-	sctx, stopSampling := context.WithCancel(context.Background())
-	defer stopSampling()
-	go p.Sample(sctx, 200*time.Millisecond)
+	p.SampleUntilEnd()
 	g, err := p.Group()
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +104,7 @@ func TestConsumerStallAfterSIGKILL(t *testing.T) {
 	cancel()
 	<-loadDone
 	loadEnd := time.Now()
-	p.WatchDrain(sctx, loadEnd)
+	p.WatchDrain(t.Context(), loadEnd)
 	stalls := make([]float64, 0, len(results))
 	for _, r := range results {
 		stalls = append(stalls, r.Stall)

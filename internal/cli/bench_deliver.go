@@ -56,7 +56,6 @@ allowed for the receiver.`,
   bridge bench deliver --assets 1000 --replicas 3`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	subs := c.Flags().Int("subscriptions", 10, "subscriptions (endpoints)")
 	assets := c.Flags().Int("assets", 100, "assets per subscription: streams = subscriptions × assets")
 	events := c.Flags().Int("events", 100000, "pending deliveries inserted before the deliverer starts")
@@ -71,10 +70,7 @@ allowed for the receiver.`,
 	slowDelay := c.Flags().Duration("slow-delay", 5*time.Second, "answer time of a slow subscription")
 	conns := c.Flags().Int32("db-conns", 20, "PostgreSQL pool size for the deliverer")
 	keep := c.Flags().Bool("keep-db", false, "do not drop the scratch database")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
 			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
 		}
@@ -122,7 +118,7 @@ allowed for the receiver.`,
 			return err
 		}
 		w := cmd.OutOrStdout()
-		if *out == "json" {
+		if out == "json" {
 			return printJSON(w, res)
 		}
 		f := func(v float64) string { return fmt.Sprintf("%.1f", v) }
@@ -161,7 +157,7 @@ allowed for the receiver.`,
 				res.OrderViolations, res.NotDelivered, res.Overlaps, res.SignatureFailures, res.PeakInFlightPerSub, res.MaxInFlightPerSub)
 		}
 		return nil
-	}
+	})
 	return c
 }
 

@@ -48,7 +48,6 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
   bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	rate := c.Flags().Int("rate", 1000, "offered events/s")
 	subs := c.Flags().Int("subscriptions", 3, "subscriptions; each receives every event")
 	duration := c.Flags().Duration("duration", 5*time.Minute, "how long the load is offered")
@@ -58,10 +57,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
 	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 {
 			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2")
 		}
@@ -97,7 +93,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 			Progress: func(s string) { fmt.Fprintln(stderr, "bench pipeline: "+s) },
 		})
 		if res != nil {
-			if *out == "json" {
+			if out == "json" {
 				if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
 					return perr
 				}
@@ -113,7 +109,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 				res.OrderViolations, res.Overlaps, res.SignatureFailures, res.NotDelivered)
 		}
 		return nil
-	}
+	})
 	return c
 }
 

@@ -52,7 +52,6 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
   bridge bench relay --sustain 10m --rate 5000 --hold-xmin`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	events := c.Flags().Int("events", 100000, "backlog to drain")
 	assets := c.Flags().Int("assets", 1000, "assets the events are keyed over")
 	payloadBytes := c.Flags().Int("payload-bytes", 300, "payload size in bytes")
@@ -66,10 +65,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
 	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
 	holdXmin := c.Flags().Bool("hold-xmin", false, "with --sustain: hold a transaction open in another session for the whole run")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *events < 1 || *assets < 1 || *payloadBytes < 2 || *partitions < 1 || *rate < 1 || *duration <= 0 || *replicas < 1 || *writers < 0 || *txEvents < 0 || *sustain < 0 {
 			return UsageErrorf("--events, --assets, --partitions, --rate, --replicas must be at least 1, --payload-bytes at least 2, --rate-duration positive, --writers, --tx-events and --sustain not negative")
 		}
@@ -105,7 +101,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 				Partitions: *partitions, Replicas: *replicas, HoldXmin: *holdXmin,
 			}, progress)
 			if res != nil {
-				if *out == "json" {
+				if out == "json" {
 					if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
 						return perr
 					}
@@ -122,7 +118,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		if err != nil {
 			return err
 		}
-		if *out == "json" {
+		if out == "json" {
 			if err := printJSON(cmd.OutOrStdout(), res); err != nil {
 				return err
 			}
@@ -133,7 +129,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			return fmt.Errorf("%d keys were relayed out of order", res.OrderViolations)
 		}
 		return nil
-	}
+	})
 	return c
 }
 

@@ -381,27 +381,8 @@ func TestCLIMigrateSilentServerTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted []net.Conn
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	})
-	defer func() {
-		ln.Close()
-		wg.Wait()
-		for _, c := range accepted {
-			c.Close()
-		}
-	}()
+	// Accept and hold every connection, never answering.
+	serveTCP(t, ln, func(c net.Conn, _ *sync.WaitGroup) []net.Conn { return []net.Conn{c} })
 
 	const timeout = 2 * time.Second
 	r := bridge(t, map[string]string{
@@ -436,22 +417,7 @@ func requireOneCorrectSchema(t *testing.T, pool *pgxpool.Pool) {
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT lane) FROM bridge.relay_lanes`).Scan(&lanes, &distinctLanes); err != nil || lanes != 64 || distinctLanes != 64 {
 		t.Errorf("bridge.relay_lanes has %d rows, %d distinct (%v), want 64", lanes, distinctLanes, err)
 	}
-	rows, err := pool.Query(ctx, `SELECT version_id FROM public.`+database.MigrationsTable+` WHERE version_id > 0 ORDER BY version_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var versions []int64
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		versions = append(versions, v)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	versions := pgtest.Column[int64](t, pool, `SELECT version_id FROM public.`+database.MigrationsTable+` WHERE version_id > 0 ORDER BY version_id`)
 	if want := database.Versions(); !slices.Equal(versions, want) {
 		t.Errorf("%s records versions %v, want each of %v once", database.MigrationsTable, versions, want)
 	}

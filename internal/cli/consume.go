@@ -1,19 +1,10 @@
 package cli
 
-import (
-	"github.com/spf13/cobra"
-)
-
 func init() {
-	register(newConsumeCmd)
-}
-
-func newConsumeCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "consume",
-		GroupID: groupRun,
-		Short:   "Turn Kafka records into webhook deliveries (consumer group, each record once)",
-		Long: `consume joins the Kafka consumer group CONSUMER_GROUP on CONSUMER_TOPICS and
+	registerStage(stageCommand{
+		use:   "consume",
+		short: "Turn Kafka records into webhook deliveries (consumer group, each record once)",
+		long: `consume joins the Kafka consumer group CONSUMER_GROUP on CONSUMER_TOPICS and
 turns each record into one delivery per matching enabled subscription. Each
 polled batch is one PostgreSQL transaction that records the records' dedup ids
 in the consumer inbox (a redelivered or duplicated record adds nothing); Kafka
@@ -22,14 +13,12 @@ offsets are committed only after it. Records that cannot be processed go to
 in flight, then leaves the group.
 
 Needs DATABASE_URL (migrated schema), KAFKA_BROKERS and CONSUMER_TOPICS.`,
-		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
+		example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   KAFKA_BROKERS=127.0.0.1:9092 CONSUMER_TOPICS=assets,orders bridge consume
 
   # every topic starting with "assets.", in group "bridge-eu"
   CONSUMER_TOPICS='~^assets\.' CONSUMER_GROUP=bridge-eu bridge consume`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runStages(cmd.Context(), serviceConsume, consumeStage)
-		},
-	}
+		service: serviceConsume,
+		stages:  []stage{consumeStage},
+	})
 }

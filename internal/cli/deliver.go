@@ -1,17 +1,10 @@
 package cli
 
-import (
-	"github.com/spf13/cobra"
-)
-
-func init() { register(newDeliverCmd) }
-
-func newDeliverCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "deliver",
-		GroupID: groupRun,
-		Short:   "Send webhook deliveries: per-(subscription, asset) order, retries, dead letters, auto-disable",
-		Long: `deliver claims pending deliveries from PostgreSQL — at most one in flight per
+func init() {
+	registerStage(stageCommand{
+		use:   "deliver",
+		short: "Send webhook deliveries: per-(subscription, asset) order, retries, dead letters, auto-disable",
+		long: `deliver claims pending deliveries from PostgreSQL — at most one in flight per
 (subscription, asset), in seq order — and POSTs them with Standard Webhooks
 signatures and the event's traceparent. Failures are retried on
 WEBHOOK_RETRY_SCHEDULE (±20% jitter), then the delivery is dead and the ones
@@ -24,13 +17,11 @@ claims left behind return after WEBHOOK_LEASE.
 
 Needs DATABASE_URL (migrated schema). Private, loopback and link-local
 destinations are refused unless listed in WEBHOOK_ALLOWED_CIDRS.`,
-		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable bridge deliver
+		example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable bridge deliver
 
   # local demo receiver on this machine
   WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8 WEBHOOK_ALLOW_HTTP=true WEBHOOK_WORKERS=64 bridge deliver`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runStages(cmd.Context(), serviceDeliver, deliverStage)
-		},
-	}
+		service: serviceDeliver,
+		stages:  []stage{deliverStage},
+	})
 }

@@ -45,7 +45,6 @@ func newDeliveriesListCmd() *cobra.Command {
   bridge deliveries list --status dead --cursor 10234   # next page (the command is printed by the previous one)`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	sub := c.Flags().String("subscription", "", "only this subscription")
 	status := c.Flags().String("status", "", "pending, delivering, delivered or dead")
 	asset := c.Flags().String("asset", "", "only this asset ('' with the flag given: the null asset)")
@@ -54,10 +53,7 @@ func newDeliveriesListCmd() *cobra.Command {
 	// --after was this flag's first name; kept so scripts keep working.
 	after := c.Flags().String("after", "", "cursor from the previous page")
 	_ = c.Flags().MarkDeprecated("after", "use --cursor")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *cursor == "" {
 			cursor = after
 		}
@@ -71,7 +67,7 @@ func newDeliveriesListCmd() *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if *out == "json" {
+			if out == "json" {
 				return printList(w, page.Deliveries, page.NextCursor)
 			}
 			rows := make([][]string, len(page.Deliveries))
@@ -97,7 +93,7 @@ func newDeliveriesListCmd() *cobra.Command {
 			}
 			return nil
 		})
-	}
+	})
 	return c
 }
 
@@ -127,11 +123,7 @@ func newDeliveriesAttemptsCmd() *cobra.Command {
 		Example: `  bridge deliveries attempts 1234 -o json`,
 		Args:    cobra.ExactArgs(1),
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		id, err := parseDeliveryID(args[0])
 		if err != nil {
 			return err
@@ -141,7 +133,7 @@ func newDeliveriesAttemptsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if *out == "json" {
+			if out == "json" {
 				return printList(cmd.OutOrStdout(), as, "")
 			}
 			rows := make([][]string, len(as))
@@ -152,7 +144,7 @@ func newDeliveriesAttemptsCmd() *cobra.Command {
 			}
 			return printTable(cmd.OutOrStdout(), []string{"ATTEMPT", "STARTED", "DURATION", "STATUS", "ERROR", "RESPONSE"}, rows)
 		})
-	}
+	})
 	return c
 }
 
@@ -164,12 +156,8 @@ func newDeliveriesShowCmd() *cobra.Command {
   bridge deliveries show 1234 --payload -o json`,
 		Args: cobra.ExactArgs(1),
 	}
-	out := addOutputFlag(c)
 	withPayload := c.Flags().Bool("payload", false, "also print the payload (the one deliberate way to read it)")
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		id, err := parseDeliveryID(args[0])
 		if err != nil {
 			return err
@@ -186,9 +174,9 @@ func newDeliveriesShowCmd() *cobra.Command {
 					return err
 				}
 			}
-			return printDelivery(cmd.OutOrStdout(), *out, d, payload)
+			return printDelivery(cmd.OutOrStdout(), out, d, payload)
 		})
-	}
+	})
 	return c
 }
 
@@ -248,13 +236,9 @@ func newDeliveriesReviveCmd() *cobra.Command {
 		Example: `  bridge deliveries revive 1234 1240
   bridge deliveries revive --subscription 3f0c6a52-… --dead`,
 	}
-	out := addOutputFlag(c)
 	sub := c.Flags().String("subscription", "", "revive this subscription's dead deliveries (with --dead)")
 	dead := c.Flags().Bool("dead", false, "with --subscription: every dead delivery of it")
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		bySub := cmd.Flags().Changed("subscription")
 		switch {
 		case bySub && len(args) > 0:
@@ -299,7 +283,7 @@ func newDeliveriesReviveCmd() *cobra.Command {
 				revived = []int64{}
 			}
 			w := cmd.OutOrStdout()
-			if *out == "json" {
+			if out == "json" {
 				v := map[string]any{"revived": revived}
 				if len(notRevived) > 0 {
 					v["not_revived"] = notRevived
@@ -328,7 +312,7 @@ func newDeliveriesReviveCmd() *cobra.Command {
 			}
 			return nil
 		})
-	}
+	})
 	return c
 }
 

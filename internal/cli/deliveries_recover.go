@@ -23,14 +23,10 @@ meaning that long ago (3h). Without --until the window ends now.`,
 		Example: `  bridge deliveries recover --subscription 3f0c6a52-… --since 2026-03-01T02:10:00Z --until 2026-03-01T04:40:00Z
   bridge deliveries recover --subscription 3f0c6a52-… --since 6h`,
 	}
-	out := addOutputFlag(c)
 	sub := c.Flags().String("subscription", "", "the subscription whose dead deliveries to revive (required)")
 	since := c.Flags().String("since", "", "start of the window: RFC 3339 time or a duration before now (required)")
 	until := c.Flags().String("until", "", "end of the window (exclusive): RFC 3339 time or a duration before now; default now")
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		if len(args) > 0 {
 			return UsageErrorf("recover takes no arguments (got %q); use --subscription, --since, --until", args[0])
 		}
@@ -53,7 +49,7 @@ meaning that long ago (3h). Without --until the window ends now.`,
 				return err
 			}
 			wr := cmd.OutOrStdout()
-			if *out == "json" {
+			if out == "json" {
 				return printJSON(wr, map[string]any{"recovered": len(ids), "ids": ids})
 			}
 			if len(ids) == 0 {
@@ -63,6 +59,6 @@ meaning that long ago (3h). Without --until the window ends now.`,
 			fmt.Fprintf(wr, "recovered %d dead deliveries (attempts reset); they go out oldest first, in asset_seq order per asset, once the subscription is enabled\n", len(ids))
 			return nil
 		})
-	}
+	})
 	return c
 }

@@ -11,12 +11,7 @@ import (
 func TestDeliveriesRecoverRevivesOnlyTheWindowAndRefusesBadInput(t *testing.T) {
 	db := webhookCLIEnv(t)
 	ctx := context.Background()
-	var sub, other string
-	for _, p := range []*string{&sub, &other} {
-		if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sub, other := insertSubscription(t, db), insertSubscription(t, db)
 	base := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
 	insert := func(sub string, n int, status string, created time.Time) int64 {
 		t.Helper()

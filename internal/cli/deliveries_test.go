@@ -6,16 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
 func TestDeliveriesCLILogNeverPrintsPayloads(t *testing.T) {
 	db := webhookCLIEnv(t)
 	ctx := context.Background()
 	const marker = "PAYLOAD-MARKER-c41d"
-	var sub string
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
-		t.Fatal(err)
-	}
+	sub := insertSubscription(t, db)
 	var id int64
 	err := db.Pool.QueryRow(ctx, `
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at,
@@ -86,10 +85,7 @@ VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exp
 func TestDeliveriesCLIPaging(t *testing.T) {
 	db := webhookCLIEnv(t)
 	ctx := context.Background()
-	var sub string
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
-		t.Fatal(err)
-	}
+	sub := insertSubscription(t, db)
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, payload, event_created_at)
 SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, sub); err != nil {
@@ -148,10 +144,7 @@ SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, s
 func TestListingsShareOneJSONShape(t *testing.T) {
 	db := webhookCLIEnv(t)
 	ctx := context.Background()
-	var sub string
-	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&sub); err != nil {
-		t.Fatal(err)
-	}
+	sub := insertSubscription(t, db)
 	var id int64
 	if err := db.Pool.QueryRow(ctx, `
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, payload, event_created_at)
@@ -180,4 +173,16 @@ VALUES ($1, 'e1', 't', 'assets', '{}', now()) RETURNING id`, sub).Scan(&id); err
 			}
 		}
 	}
+}
+
+// insertSubscription adds a subscription to every event type with plain SQL
+// (the CLI under test reads it; creating it is not what is tested) and
+// returns its id.
+func insertSubscription(t *testing.T, db *pgtest.DB) string {
+	t.Helper()
+	var id string
+	if err := db.Pool.QueryRow(context.Background(), `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://x.example/', '{*}') RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

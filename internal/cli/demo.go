@@ -76,11 +76,7 @@ order violation, signature failure or undelivered event was seen.`,
 	f.DurationVar(&o.Duration, "duration", 0, "stop enqueueing after this long (0: when --events are enqueued)")
 	f.DurationVar(&o.Timeout, "timeout", demo.DefaultTimeout, "how long to wait for the last deliveries after the workload")
 	f.BoolVar(&keep, "keep", false, "keep the run's subscription (disabled) and its deliveries, and the topic on a real broker")
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if o.Rate == 0 {
 			return UsageErrorf("--rate must be positive, or -1 for as fast as possible")
 		}
@@ -94,7 +90,7 @@ order violation, signature failure or undelivered event was seen.`,
 		stdout := cmd.OutOrStdout()
 		o.Out = stdout
 		switch {
-		case *out == "json":
+		case out == "json":
 			o.Progress = demo.ProgressNone
 		case isTerminal(stdout):
 			o.Progress = demo.ProgressBar
@@ -110,7 +106,7 @@ order violation, signature failure or undelivered event was seen.`,
 		}
 		if sum != nil {
 			var perr error
-			if *out == "json" {
+			if out == "json" {
 				perr = printJSON(stdout, sum)
 			} else {
 				perr = sum.Print(stdout)
@@ -123,7 +119,7 @@ order violation, signature failure or undelivered event was seen.`,
 			return err
 		}
 		return sum.Err()
-	}
+	})
 	return c
 }
 

@@ -35,11 +35,7 @@ func newOutboxStatsCmd() *cobra.Command {
 		Example: `  bridge outbox stats -o json`,
 		Args:    cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		var st outboxstore.Stats
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
 			st, err = outboxstore.ReadStats(cmd.Context(), pool)
@@ -48,7 +44,7 @@ func newOutboxStatsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if *out == "json" {
+		if out == "json" {
 			return printJSON(cmd.OutOrStdout(), st)
 		}
 		w := cmd.OutOrStdout()
@@ -70,7 +66,7 @@ func newOutboxStatsCmd() *cobra.Command {
 			return printTable(w, []string{"TOPIC", "FAILED"}, fr)
 		}
 		return nil
-	}
+	})
 	return c
 }
 
@@ -82,14 +78,10 @@ func newOutboxFailedCmd() *cobra.Command {
   bridge outbox failed --payload -o json`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	topic := c.Flags().String("topic", "", "only rows of this topic")
 	limit := c.Flags().Int("limit", 100, "at most this many rows")
 	payload := c.Flags().Bool("payload", false, "include payloads (off by default: triage, not reading event contents)")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *limit < 1 {
 			return UsageErrorf("--limit must be at least 1, got %d", *limit)
 		}
@@ -101,7 +93,7 @@ func newOutboxFailedCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if *out == "json" {
+		if out == "json" {
 			return printList(cmd.OutOrStdout(), rows, "")
 		}
 		table := make([][]string, 0, len(rows))
@@ -121,7 +113,7 @@ func newOutboxFailedCmd() *cobra.Command {
 			header = append(header, "PAYLOAD")
 		}
 		return printTable(cmd.OutOrStdout(), header, table)
-	}
+	})
 	return c
 }
 
@@ -140,15 +132,11 @@ func newOutboxReplayCmd() *cobra.Command {
   bridge outbox replay --all-failed --topic assets --since 2h`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	ids := c.Flags().StringSlice("id", nil, "FAILED row id (repeatable or comma-separated)")
 	all := c.Flags().Bool("all-failed", false, "replay every FAILED row (narrow with --topic/--since)")
 	topic := c.Flags().String("topic", "", "with --all-failed: only this topic")
 	since := c.Flags().Duration("since", 0, "with --all-failed: only rows that failed within this duration")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		switch {
 		case len(*ids) == 0 && !*all:
 			return UsageErrorf("replay needs a selector: --id ID... or --all-failed")
@@ -183,7 +171,7 @@ func newOutboxReplayCmd() *cobra.Command {
 			return err
 		}
 		w := cmd.OutOrStdout()
-		if *out == "json" {
+		if out == "json" {
 			v := struct {
 				Replayed    int64                     `json:"replayed"`
 				NotReplayed []outboxstore.NotReplayed `json:"not_replayed,omitempty"`
@@ -203,6 +191,6 @@ func newOutboxReplayCmd() *cobra.Command {
 			return fmt.Errorf("none of the %d id(s) given was replayed (each is listed above with the reason)", len(skipped))
 		}
 		return nil
-	}
+	})
 	return c
 }

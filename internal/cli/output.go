@@ -19,6 +19,21 @@ func addOutputFlag(c *cobra.Command) *string {
 	return c.Flags().StringP("output", "o", "table", "output format: table or json")
 }
 
+// runWithOutput adds -o/--output to c and makes run its RunE, called with
+// the format once it is known to be table or json: a bad -o exits 2 before
+// anything connects or writes. It returns the flag's value for a caller that
+// hands the format on.
+func runWithOutput(c *cobra.Command, run func(cmd *cobra.Command, args []string, out string) error) *string {
+	out := addOutputFlag(c)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(*out); err != nil {
+			return err
+		}
+		return run(cmd, args, *out)
+	}
+	return out
+}
+
 func checkOutput(format string) error {
 	if format != "table" && format != "json" {
 		return UsageErrorf("--output must be table or json, got %q", format)

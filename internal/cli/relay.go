@@ -1,26 +1,17 @@
 package cli
 
-import (
-	"github.com/spf13/cobra"
-)
-
-func init() { register(newRelayCmd) }
-
-func newRelayCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "relay",
-		GroupID: groupRun,
-		Short:   "Relay committed outbox rows to Kafka, keyed by asset, in order",
-		Long: `Claims NEW rows of bridge.outbox in seq order and produces them to Kafka
+func init() {
+	registerStage(stageCommand{
+		use:   "relay",
+		short: "Relay committed outbox rows to Kafka, keyed by asset, in order",
+		long: `Claims NEW rows of bridge.outbox in seq order and produces them to Kafka
 (key = asset id, Java-compatible murmur2, idempotent, acks=all), marking them
 SENT with partition and offset after the broker acknowledged them. Any number of
 replicas may run: assets are spread over 64 leased lanes, so one asset is only
 ever produced by one replica. SIGTERM drains in-flight acks and exits 0.`,
-		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
+		example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   KAFKA_BROKERS=127.0.0.1:9092 bridge relay`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runStages(cmd.Context(), serviceRelay, relayStage)
-		},
-	}
+		service: serviceRelay,
+		stages:  []stage{relayStage},
+	})
 }

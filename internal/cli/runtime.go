@@ -179,13 +179,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 	if err != nil {
 		return nil, err
 	}
-	rt.closers = append(rt.closers, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		if err := rt.Metrics.Shutdown(sctx); err != nil {
-			logger.Warn("metrics shutdown", "error", err)
-		}
-	})
+	rt.closers = append(rt.closers, shutdownWithin(logger, "metrics shutdown", rt.Metrics.Shutdown))
 	if !opts.noGlobals {
 		// otelhttp (the webhook client) and kotel record into the global
 		// meter provider unless given one: their series land on /metrics
@@ -259,7 +253,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		adminapi.Mount(rt.Ops, acfg)
 		// The console under /ui/, with the same token.
 		ccfg := console.FromConfig(cfg, rt.Pool, logger)
-		ccfg.AuthMetrics = acfg.Metrics
+		ccfg.Metrics = acfg.Metrics
 		ui, err := console.Mount(rt.Ops, ccfg)
 		if err != nil {
 			return nil, err
@@ -270,13 +264,7 @@ func startRuntimeWith(ctx context.Context, cfg *config.Config, service string, u
 		if err := rt.Ops.Start(); err != nil {
 			return nil, err
 		}
-		rt.closers = append(rt.closers, func() {
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			if err := rt.Ops.Shutdown(sctx); err != nil {
-				logger.Warn("ops server shutdown", "error", err)
-			}
-		})
+		rt.closers = append(rt.closers, shutdownWithin(logger, "ops server shutdown", rt.Ops.Shutdown))
 	}
 	if err := rt.waitForDependencies(ctx, cfg, dbAddr, pinger, opts.connectOnce); err != nil {
 		return nil, err
@@ -420,5 +408,18 @@ func (rt *runtime) Close() {
 	rt.closers = nil
 	for i := len(closers) - 1; i >= 0; i-- {
 		closers[i]()
+	}
+}
+
+// shutdownWithin is a closer that gives shutdown shutdownTimeout to finish
+// (a stuck exporter or HTTP client must not hold the exit) and logs, as
+// what, an error it returns.
+func shutdownWithin(logger *slog.Logger, what string, shutdown func(context.Context) error) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			logger.Warn(what, "error", err)
+		}
 	}
 }

@@ -67,12 +67,8 @@ wrote them meanwhile: update it and run again).`,
   bridge secrets rotate-key --batch 100 -o json`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	batch := c.Flags().Int("batch", defaultRotateBatch, "secrets re-encrypted per transaction")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *batch < 1 || *batch > 100000 {
 			return UsageErrorf("--batch must be between 1 and 100000, got %d", *batch)
 		}
@@ -86,7 +82,7 @@ wrote them meanwhile: update it and run again).`,
 		}
 		return withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
 			progress := func(r store.RotateReport) {
-				if *out != "json" {
+				if out != "json" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "batch %d: %d re-encrypted so far\n", r.Batches, r.Resealed)
 				}
 			}
@@ -98,7 +94,7 @@ wrote them meanwhile: update it and run again).`,
 				}
 				return err
 			}
-			if *out == "json" {
+			if out == "json" {
 				if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
 					return err
 				}
@@ -111,7 +107,7 @@ wrote them meanwhile: update it and run again).`,
 			}
 			return nil
 		})
-	}
+	})
 	return c
 }
 
@@ -151,18 +147,14 @@ func newSecretsStatusCmd() *cobra.Command {
   bridge secrets status -o json`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		return withDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
 			uses, err := store.SecretKeys(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
 			ring := cfg.Secrets.Ring()
-			if *out == "json" {
+			if out == "json" {
 				return printList(cmd.OutOrStdout(), uses, "")
 			}
 			rows := make([][]string, 0, len(uses))
@@ -182,6 +174,6 @@ func newSecretsStatusCmd() *cobra.Command {
 			}
 			return printTable(cmd.OutOrStdout(), []string{"KEY", "SECRETS", "STATE"}, rows)
 		})
-	}
+	})
 	return c
 }

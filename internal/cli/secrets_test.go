@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/keyring"
@@ -21,15 +20,7 @@ var test1Only = strings.Split(keyringtest.Keys, ",")[1]
 
 func storedSecrets(t *testing.T, db *pgtest.DB) []string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT secret FROM bridge.subscription_secrets ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return pgtest.Column[string](t, db.Pool, `SELECT secret FROM bridge.subscription_secrets ORDER BY id`)
 }
 
 // The commands that write a secret refuse to without a key ring (exit 2,

@@ -112,11 +112,7 @@ func newConfigCmd() *cobra.Command {
   bridge config -o json`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		cfg, err := loadConfig(config.Needs{Database: true})
 		var ce *config.Error
 		if err != nil && (!errors.As(err, &ce) || !ce.Unset()) {
@@ -146,7 +142,7 @@ func newConfigCmd() *cobra.Command {
 				}
 			}
 		}
-		if *out == "json" {
+		if out == "json" {
 			if perr := printJSON(cmd.OutOrStdout(), settings); perr != nil {
 				return perr
 			}
@@ -160,7 +156,7 @@ func newConfigCmd() *cobra.Command {
 			}
 		}
 		return err
-	}
+	})
 	return c
 }
 

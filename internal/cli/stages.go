@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -213,4 +214,30 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.OperationsTopic = cfg.Operations.Topic
 	dc.Keys = cfg.Secrets.Ring()
 	return delivery.NewDeliverer(rt.Pool, dc)
+}
+
+// stageCommand is one of the commands that run stages (relay, consume,
+// deliver, run): they differ only in their help and in which stages they
+// run, so they are built in one place and cannot drift apart in their group,
+// their arguments or how they start.
+type stageCommand struct {
+	use, short, long, example string
+	service                   string
+	stages                    []stage
+}
+
+func registerStage(sc stageCommand) {
+	register(func() *cobra.Command {
+		return &cobra.Command{
+			Use:     sc.use,
+			GroupID: groupRun,
+			Short:   sc.short,
+			Long:    sc.long,
+			Example: sc.example,
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runStages(cmd.Context(), sc.service, sc.stages...)
+			},
+		}
+	})
 }

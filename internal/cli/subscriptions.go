@@ -81,17 +81,13 @@ func newSubCreateCmd() *cobra.Command {
   bridge subscriptions create --url https://small.example.com/in --event-types '*' --rate-limit 50   # at most 50 requests/s, all deliverers together`,
 		Args: cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
 	url := c.Flags().String("url", "", "endpoint URL (https; http only with WEBHOOK_ALLOW_HTTP=true)")
 	types := c.Flags().StringSlice("event-types", nil, "comma-separated event types: exact names, prefix.* or *")
 	topic := c.Flags().String("topic", "", "only events from this topic (default: any topic)")
 	desc := c.Flags().String("description", "", "free text for operators")
 	since := c.Flags().String("since", "", "start with every retained matching event since this RFC 3339 time or duration ago (e.g. 6h), then the live ones")
 	rate := addRateFlags(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		in := store.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
 		if err := rate.set(cmd, &in); err != nil {
 			return err
@@ -117,9 +113,9 @@ func newSubCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printSubscription(cmd.OutOrStdout(), *out, sub)
+			return printSubscription(cmd.OutOrStdout(), out, sub)
 		})
-	}
+	})
 	return c
 }
 
@@ -130,17 +126,13 @@ func newSubListCmd() *cobra.Command {
 		Example: `  bridge subscriptions list -o json`,
 		Args:    cobra.NoArgs,
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		return withWebhookDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
 			subs, err := subscriptionStore(cfg, pool).List(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if *out == "json" {
+			if out == "json" {
 				return printList(cmd.OutOrStdout(), subs, "")
 			}
 			rows := make([][]string, len(subs))
@@ -154,7 +146,7 @@ func newSubListCmd() *cobra.Command {
 			}
 			return printTable(cmd.OutOrStdout(), []string{"ID", "URL", "EVENT TYPES", "TOPIC", "STATE", "DEAD IN A ROW", "RATE LIMIT", "DESCRIPTION"}, rows)
 		})
-	}
+	})
 	return c
 }
 
@@ -173,11 +165,7 @@ func subIDCmdWith(with func(context.Context, func(*config.Config, *pgxpool.Pool)
 		Example: example,
 		Args:    cobra.ExactArgs(1),
 	}
-	out := addOutputFlag(c)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := checkOutput(*out); err != nil {
-			return err
-		}
+	format := runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		if _, err := store.ParseID(args[0]); err != nil {
 			return usageError{err}
 		}
@@ -189,10 +177,10 @@ func subIDCmdWith(with func(context.Context, func(*config.Config, *pgxpool.Pool)
 			if sub == nil {
 				return nil
 			}
-			return printSubscription(cmd.OutOrStdout(), *out, sub)
+			return printSubscription(cmd.OutOrStdout(), out, sub)
 		})
-	}
-	return c, out
+	})
+	return c, format
 }
 
 func newSubShowCmd() *cobra.Command {

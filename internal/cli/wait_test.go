@@ -40,6 +40,23 @@ func forward(t *testing.T, addr, target string) {
 	if err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
 	}
+	serveTCP(t, ln, func(c net.Conn, wg *sync.WaitGroup) []net.Conn {
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			return nil
+		}
+		wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+		wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		return []net.Conn{c, up}
+	})
+}
+
+// serveTCP accepts on ln until the test ends and hands each connection to
+// handle, which may start goroutines on wg and returns the connections to
+// close at the end. Then the listener and those connections are closed and
+// every goroutine is waited for, so nothing outlives the test.
+func serveTCP(t *testing.T, ln net.Listener, handle func(c net.Conn, wg *sync.WaitGroup) []net.Conn) {
 	var mu sync.Mutex
 	var conns []net.Conn
 	var wg sync.WaitGroup
@@ -49,16 +66,10 @@ func forward(t *testing.T, addr, target string) {
 			if err != nil {
 				return
 			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
+			open := handle(c, &wg)
 			mu.Lock()
-			conns = append(conns, c, up)
+			conns = append(conns, open...)
 			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
 		}
 	})
 	t.Cleanup(func() {

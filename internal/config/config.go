@@ -7,12 +7,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,17 +36,11 @@ type Log struct {
 }
 
 func (c Log) validate() error {
-	switch strings.ToLower(c.Level) {
-	case "debug", "info", "warn", "warning", "error":
-	default:
-		return fieldError("LOG_LEVEL", c.Level, "must be one of debug, info, warn, error")
+	if err := oneOf("LOG_LEVEL", c.Level, strings.ToLower(c.Level), "must be one of debug, info, warn, error",
+		"debug", "info", "warn", "warning", "error"); err != nil {
+		return err
 	}
-	switch c.Format {
-	case "text", "json":
-	default:
-		return fieldError("LOG_FORMAT", c.Format, "must be text or json")
-	}
-	return nil
+	return oneOf("LOG_FORMAT", c.Format, c.Format, "must be text or json", "text", "json")
 }
 
 // Database configures the PostgreSQL connection.
@@ -178,15 +174,13 @@ func (c Kafka) Validate(requireBrokers bool) error {
 			return fieldError("KAFKA_BROKERS", strings.Join(c.Brokers, ","), fmt.Sprintf("broker %q: %s", b, p))
 		}
 	}
-	switch strings.ToLower(c.LogLevel) {
-	case "", "debug", "info", "warn", "warning", "error", "none":
-	default:
-		return fieldError("KAFKA_LOG_LEVEL", c.LogLevel, "must be one of debug, info, warn, error, none")
+	if err := oneOf("KAFKA_LOG_LEVEL", c.LogLevel, strings.ToLower(c.LogLevel), "must be one of debug, info, warn, error, none",
+		"", "debug", "info", "warn", "warning", "error", "none"); err != nil {
+		return err
 	}
-	switch c.SASLMechanism {
-	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-	default:
-		return fieldError("KAFKA_SASL_MECHANISM", c.SASLMechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	if err := oneOf("KAFKA_SASL_MECHANISM", c.SASLMechanism, c.SASLMechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+		"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"); err != nil {
+		return err
 	}
 	if c.SASLMechanism != "" && (c.SASLUsername == "" || c.SASLPassword == "") {
 		return fieldError("KAFKA_SASL_USERNAME", "", "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with KAFKA_SASL_MECHANISM")
@@ -399,12 +393,7 @@ func (c Consumer) Validate(requireTopics bool) error {
 	if c.RebalanceTimeout < time.Second {
 		return fieldError("CONSUMER_REBALANCE_TIMEOUT", c.RebalanceTimeout.String(), "must be at least 1s")
 	}
-	switch c.GroupProtocol {
-	case "classic", "consumer":
-	default:
-		return fieldError("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, "must be classic or consumer")
-	}
-	return nil
+	return oneOf("CONSUMER_GROUP_PROTOCOL", c.GroupProtocol, c.GroupProtocol, "must be classic or consumer", "classic", "consumer")
 }
 
 // Webhook configures `bridge deliver` and subscription management.
@@ -610,6 +599,16 @@ const problemUnset = "is required but not set"
 // opposed to one set to something wrong).
 func (e *Error) Unset() bool { return e.Problem == problemUnset }
 
+// oneOf is the error for variable name when match (its value, or the
+// value's lower case for a case-insensitive one) is none of allowed; nil when
+// it is one. The error shows value as it was given.
+func oneOf(name, value, match, problem string, allowed ...string) error {
+	if slices.Contains(allowed, match) {
+		return nil
+	}
+	return fieldError(name, value, problem)
+}
+
 func fieldError(name, value, problem string) error {
 	return &Error{Var: name, Value: value, Problem: problem}
 }
@@ -718,14 +717,9 @@ func normalizeLists(environ map[string]string) (map[string]string, error) {
 // listVars are the variables read as comma-separated lists.
 func listVars() []string {
 	var out []string
-	t := reflect.TypeFor[Config]()
-	for i := 0; i < t.NumField(); i++ {
-		st := t.Field(i).Type
-		for j := 0; j < st.NumField(); j++ {
-			f := st.Field(j)
-			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("envSeparator") != "" {
-				out = append(out, name)
-			}
+	for name, f := range envFields() {
+		if f.Tag.Get("envSeparator") != "" {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -735,17 +729,30 @@ func listVars() []string {
 // errors name them without their value.
 func secretVars() map[string]bool {
 	out := map[string]bool{}
-	t := reflect.TypeFor[Config]()
-	for i := 0; i < t.NumField(); i++ {
-		st := t.Field(i).Type
-		for j := 0; j < st.NumField(); j++ {
-			f := st.Field(j)
-			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && f.Tag.Get("secret") != "" {
-				out[name] = true
-			}
+	for name, f := range envFields() {
+		if f.Tag.Get("secret") != "" {
+			out[name] = true
 		}
 	}
 	return out
+}
+
+// envFields yields each field of the config structs that is read from the
+// environment, with its variable's name: the one walk over the env tags that
+// Vars, listVars and secretVars filter.
+func envFields() iter.Seq2[string, reflect.StructField] {
+	return func(yield func(string, reflect.StructField) bool) {
+		t := reflect.TypeFor[Config]()
+		for i := 0; i < t.NumField(); i++ {
+			st := t.Field(i).Type
+			for j := 0; j < st.NumField(); j++ {
+				f := st.Field(j)
+				if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" && !yield(name, f) {
+					return
+				}
+			}
+		}
+	}
 }
 
 func isOnlyUnset(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -109,4 +110,43 @@ func SameSetting(a, b string) bool {
 		}
 	}
 	return true
+}
+
+// FillZero returns c with each of its zero exported fields set to the same
+// field of defaults. The relay's and the consumer's withDefaults call it with the Config its
+// ConfigFromEnv makes of Defaults(), so every environment-backed default is
+// applied by one rule instead of a hand-kept list per stage that can miss a
+// field added later. Fields whose default is not simply the env one (derived
+// from another field, or not read from the environment) are set by the stage
+// afterwards; fields left zero in defaults stay as they are.
+func FillZero[T any](c, defaults T) T {
+	v, d := reflect.ValueOf(&c).Elem(), reflect.ValueOf(defaults)
+	if v.Kind() != reflect.Struct {
+		panic(fmt.Sprintf("config.FillZero: %s is not a struct", v.Type()))
+	}
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(d.Field(i))
+		}
+	}
+	return c
+}
+
+// DefaultsNotApplied compares a stage's Config after withDefaults with the
+// Config its ConfigFromEnv makes of Defaults() and returns one line for each
+// environment-backed field (non-zero in env) that applied does not carry:
+// a default the stage forgot to apply, or applied differently.
+func DefaultsNotApplied[T any](applied, env T) []string {
+	a, e := reflect.ValueOf(applied), reflect.ValueOf(env)
+	var out []string
+	for i := range e.NumField() {
+		f := e.Type().Field(i)
+		if !f.IsExported() || e.Field(i).IsZero() {
+			continue
+		}
+		if !reflect.DeepEqual(a.Field(i).Interface(), e.Field(i).Interface()) {
+			out = append(out, fmt.Sprintf("%s: withDefaults gives %v, the environment default is %v", f.Name, a.Field(i), e.Field(i)))
+		}
+	}
+	return out
 }

@@ -55,15 +55,8 @@ func (c *Config) Settings() []Setting {
 // Vars lists every environment variable the config structs read.
 func Vars() []string {
 	var out []string
-	t := reflect.TypeFor[Config]()
-	for i := 0; i < t.NumField(); i++ {
-		st := t.Field(i).Type
-		for j := 0; j < st.NumField(); j++ {
-			name, _, _ := strings.Cut(st.Field(j).Tag.Get("env"), ",")
-			if name != "" {
-				out = append(out, name)
-			}
-		}
+	for name := range envFields() {
+		out = append(out, name)
 	}
 	return out
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,34 +53,6 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// jaeger returns the OTLP/HTTP address and query URL of the test Jaeger.
-func jaeger(t *testing.T) (otlp, query string) {
-	t.Helper()
-	otlp = cmpOr(os.Getenv("BRIDGE_TEST_JAEGER_OTLP"), "127.0.0.1:4318")
-	query = strings.TrimRight(cmpOr(os.Getenv("BRIDGE_TEST_JAEGER_QUERY"), "http://127.0.0.1:16686"), "/")
-	how := "`make services` (scripts/services-up.sh)"
-	conn, err := net.DialTimeout("tcp", otlp, 3*time.Second)
-	if err != nil {
-		testkit.Unavailable(t, "Jaeger OTLP/HTTP at "+otlp, how, err)
-	}
-	conn.Close()
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(query + "/api/services")
-	if err == nil {
-		resp.Body.Close()
-	}
-	if err != nil {
-		testkit.Unavailable(t, "Jaeger query at "+query, how, err)
-	}
-	return otlp, query
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // receiver is the subscribers' endpoint: /ok answers 204, /fail answers 500
 // with a script in its body until fixed.
 type receiver struct {
@@ -120,7 +91,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	top := t // the pipeline outlives the subtest that starts it
 	db := pgtest.New(t)
 	brokers := kafkatest.RealBrokers(t)
-	otlp, query := jaeger(t)
+	otlp, query := testkit.Jaeger(t)
 	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
 	group := "g-" + topic
 	shots := os.Getenv("BRIDGE_CONSOLE_SCREENSHOTS")
@@ -153,11 +124,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	var authFailures atomic.Int64
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
 	ops := opsserver.New(opsserver.Config{Addr: "127.0.0.1:0", Logger: logger})
-	adminapi.Mount(ops, adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger})
+	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger}
+	adminapi.Mount(ops, api)
+	api.Metrics = authCounter{&authFailures} // the console's wrong tokens only
 	kcfg := kafkaConfig(brokers)
-	ui, err := console.Mount(ops, console.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour,
+	ui, err := console.Mount(ops, console.Config{Config: api,
 		JaegerQueryURL: query, JaegerUIURL: "http://jaeger-ui.invalid:16686", Kafka: kcfg, ConsumerGroup: group,
-		SampleEvery: time.Second, Logger: logger, AuthMetrics: authCounter{&authFailures}})
+		SampleEvery: time.Second})
 	if err != nil || ui == nil {
 		t.Fatalf("console.Mount = %v, %v", ui, err)
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
-	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 )
 
@@ -36,19 +35,14 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Config configures the console.
+// Config configures the console. It is the admin API's Config (the token,
+// the pool, the subscription store's settings, the logger, which here also
+// records sign-ins and sign-outs, and the wrong-token counter shared with
+// the API's rejections, bridge_admin_auth_failures_total) and the console's
+// own settings: the two are mounted side by side with the same token and the
+// same store, so they are configured from one place.
 type Config struct {
-	// Token is ADMIN_TOKEN. Empty: Mount mounts nothing.
-	Token string
-	// Pool is the bridge database.
-	Pool *pgxpool.Pool
-	// AllowHTTP and SecretGrace are the subscription store's
-	// (WEBHOOK_ALLOW_HTTP, WEBHOOK_SECRET_GRACE), as in the admin API.
-	AllowHTTP   bool
-	SecretGrace time.Duration
-	// Keys seals the secrets the console creates (BRIDGE_SECRET_KEYS); nil:
-	// plain text (BRIDGE_ALLOW_PLAINTEXT_SECRETS).
-	Keys *keyring.Ring
+	adminapi.Config
 	// JaegerQueryURL (JAEGER_QUERY_URL) is where trace pages read traces;
 	// empty: trace ids are shown but not drawn.
 	JaegerQueryURL string
@@ -62,31 +56,16 @@ type Config struct {
 	SessionTTL time.Duration
 	// SampleEvery: the overview's figures are read this often. Default 5s.
 	SampleEvery time.Duration
-	// Logger records sign-ins, sign-outs and every write. Default discards.
-	Logger *slog.Logger
-	// OperationsTopic: disables, enables and rotations are announced there
-	// (BRIDGE_OPERATIONS_TOPIC); "": not announced.
-	OperationsTopic string
-	// AuthMetrics counts wrong tokens, with the admin API's rejected
-	// requests (bridge_admin_auth_failures_total). nil: not counted.
-	AuthMetrics adminapi.AuthMetrics
 }
 
 // FromConfig is the console's Config from the bridge configuration.
 func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Config {
 	return Config{
-		Token:          cfg.HTTP.AdminToken,
-		Pool:           pool,
-		AllowHTTP:      cfg.Webhook.AllowHTTP,
-		SecretGrace:    cfg.Webhook.SecretGrace,
-		Keys:           cfg.Secrets.Ring(),
+		Config:         adminapi.FromConfig(cfg, pool, logger),
 		JaegerQueryURL: cfg.HTTP.JaegerQueryURL,
 		JaegerUIURL:    cfg.HTTP.JaegerUIURL,
 		Kafka:          cfg.Kafka,
 		ConsumerGroup:  cfg.Consumer.Group,
-		Logger:         logger,
-
-		OperationsTopic: cfg.Operations.Topic,
 	}
 }
 
@@ -155,7 +134,7 @@ func New(cfg Config) (*Console, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("component", "console")
-	c.auth = adminapi.NewAuthenticator(cfg.Token, c.log, cfg.AuthMetrics)
+	c.auth = adminapi.NewAuthenticator(cfg.Token, c.log, cfg.Metrics)
 	if cfg.JaegerQueryURL != "" {
 		c.jaeger = jaegerquery.New(cfg.JaegerQueryURL)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
@@ -109,24 +110,11 @@ func (b *browser) waitText(sel, want string) {
 	})
 }
 
-// eventually polls cond (every 200ms) until it returns "".
+// eventually polls cond every 200ms (each poll is a browser round trip)
+// until it returns "", giving up at once if the browser has gone.
 func (b *browser) eventually(timeout time.Duration, cond func() string) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("after %s: %s", timeout, msg)
-		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-b.ctx.Done():
-			b.t.Fatal(b.ctx.Err())
-		}
-	}
+	testkit.EventuallyEvery(b.ctx, b.t, timeout, 200*time.Millisecond, cond)
 }
 
 // shot saves a full-page PNG of the current page as <name>.png.

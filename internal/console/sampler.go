@@ -112,13 +112,17 @@ func (s *sampler) loop() {
 func (s *sampler) sample() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.every, 5*time.Second))
 	defer cancel()
-	snap := s.c.read(ctx)
+	s.keep(s.c.read(ctx))
+}
+
+// keep appends snap to the ring, dropping the oldest beyond its capacity.
+func (s *sampler) keep(snap Snapshot) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.ring = append(s.ring, snap)
 	if len(s.ring) > s.cap {
 		s.ring = s.ring[len(s.ring)-s.cap:]
 	}
-	s.mu.Unlock()
 }
 
 // latest returns the newest snapshot, reading one now if there is none yet
@@ -131,13 +135,7 @@ func (s *sampler) latest(ctx context.Context) (Snapshot, []Snapshot) {
 	}
 	s.mu.Unlock()
 	if last.At.IsZero() || time.Since(last.At) > 3*s.every {
-		snap := s.c.read(ctx)
-		s.mu.Lock()
-		s.ring = append(s.ring, snap)
-		if len(s.ring) > s.cap {
-			s.ring = s.ring[len(s.ring)-s.cap:]
-		}
-		s.mu.Unlock()
+		s.keep(s.c.read(ctx))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/adminapi"
 	"github.com/outboxbridge/bridge/internal/console"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
@@ -25,7 +26,7 @@ func TestSessionOverTLS(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	mux := http.NewServeMux()
-	ui, err := console.Mount(mux, console.Config{Token: token, Pool: db.Pool, SessionTTL: 15 * time.Second, SampleEvery: time.Second})
+	ui, err := console.Mount(mux, console.Config{Config: adminapi.Config{Token: token, Pool: db.Pool}, SessionTTL: 15 * time.Second, SampleEvery: time.Second})
 	if err != nil || ui == nil {
 		t.Fatalf("Mount: %v, %v", ui, err)
 	}

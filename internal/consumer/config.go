@@ -96,13 +96,7 @@ func ConfigFromEnv(c config.Consumer) Config {
 var envDefaults = ConfigFromEnv(config.Defaults().Consumer)
 
 func (c Config) withDefaults() Config {
-	d := envDefaults
-	c.Group = cmp.Or(c.Group, d.Group)
-	c.DedupWindow = cmp.Or(c.DedupWindow, d.DedupWindow)
-	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, d.MaxPollRecords)
-	c.SessionTimeout = cmp.Or(c.SessionTimeout, d.SessionTimeout)
-	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, d.RebalanceTimeout)
-	c.GroupProtocol = cmp.Or(c.GroupProtocol, d.GroupProtocol)
+	c = config.FillZero(c, envDefaults)
 	c.PruneInterval = cmp.Or(c.PruneInterval, 10*time.Minute)
 	c.PruneBatch = cmp.Or(c.PruneBatch, 5000)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -60,12 +60,8 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 		b.waitDeliveries(t, 9, 60*time.Second)
 
 		for name, id := range subs {
-			rows, _ := b.db.Pool.Query(context.Background(),
+			got := pgtest.Column[string](t, b.db.Pool,
 				`SELECT event_type FROM bridge.deliveries WHERE subscription_id = $1 ORDER BY event_type`, id)
-			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
 			if !slices.Equal(got, want[name]) {
 				t.Errorf("subscription %q got event types %v, want %v", name, got, want[name])
 			}
@@ -577,11 +573,7 @@ func TestShutdownFinishesAndCommitsTheBatchInFlightThenLeavesTheGroup(t *testing
 		if n := b.deliveries(t); n != inFlight {
 			t.Errorf("%d deliveries, want %d", n, inFlight)
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
+		cl := kafkatest.Client(t, b.brokers)
 		groups, err := kadm.NewClient(cl).DescribeGroups(context.Background(), b.group)
 		if err != nil {
 			t.Fatal(err)

@@ -116,11 +116,7 @@ func failover(t *testing.T, protocol string, bound time.Duration) time.Duration 
 	b.subscribe(t, []string{"*"}, nil, true)
 	ctx := context.Background()
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(producer.Close)
+	producer := kafkatest.Client(t, b.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
 	var produced atomic.Int64
 	produceRound := func(seq int64) {
 		recs := make([]*kgo.Record, 4)
@@ -241,11 +237,7 @@ func failover(t *testing.T, protocol string, bound time.Duration) time.Duration 
 // the broker cannot do KIP-848.
 func (b *testBundle) requireGroupType(t *testing.T, protocol string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, b.brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	groups, err := kadm.NewClient(cl).ListGroups(ctx)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxbridge/bridge/internal/contract"
@@ -23,11 +22,7 @@ func TestDeadLetterIsAcknowledgedBeforeTheOffsetCommit(t *testing.T) {
 	topic := "events"
 	cluster := kafkatest.Fake(t, kfake.SeedTopics(1, topic, topic+contract.DeadLetterSuffix))
 	b := &testBundle{db: pgtest.New(t), brokers: cluster.ListenAddrs(), topic: topic, group: "bridge"}
-	producer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(producer.Close)
+	producer := kafkatest.Client(t, b.brokers)
 	b.producer = producer
 	b.subscribe(t, []string{"*"}, nil, true)
 

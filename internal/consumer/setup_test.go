@@ -43,11 +43,7 @@ func setup(t testing.TB, be kafkatest.Backend, partitions int32) *testBundle {
 	db := pgtest.New(t)
 	brokers := be.Brokers(t)
 	topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("producer: %v", err)
-	}
-	t.Cleanup(producer.Close)
+	producer := kafkatest.Client(t, brokers)
 	return &testBundle{db: db, brokers: brokers, topic: topic, group: "g-" + topic, producer: producer}
 }
 
@@ -147,27 +143,7 @@ func (b *testBundle) produce(t testing.TB, recs ...*kgo.Record) {
 // createTopic creates name (for "<topic>.dlq") and deletes it at the end.
 func (b *testBundle) createTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		cl.Close()
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, name)
-		cl.Close()
-	})
+	kafkatest.CreateTopicNamed(t, b.brokers, name, partitions, nil)
 }
 
 func header(r *kgo.Record, key string) (string, bool) {

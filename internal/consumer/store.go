@@ -58,29 +58,45 @@ func (c *Consumer) store(ctx context.Context, evs []*event) error {
 }
 
 func (c *Consumer) storeBatch(ctx context.Context, evs []*event) ([]outcome, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("begin batch transaction: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
-	subs, err := loadSubscriptions(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	outs := make([]outcome, len(evs))
-	if err := insertEvents(ctx, tx, evs, outs, subs); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit batch transaction: %w", err)
-	}
-	return outs, nil
+	return c.inBatchTransaction(ctx, evs, func(tx pgx.Tx, subs []subscription, outs []outcome) error {
+		return insertEvents(ctx, tx, evs, outs, subs)
+	})
 }
 
 // storeIsolated stores each event under its own savepoint, in order, in one
 // transaction. It is the slow path (a round trip per record), taken only
 // after a data error.
 func (c *Consumer) storeIsolated(ctx context.Context, evs []*event) ([]outcome, error) {
+	return c.inBatchTransaction(ctx, evs, func(tx pgx.Tx, subs []subscription, outs []outcome) error {
+		for i, ev := range evs {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return fmt.Errorf("savepoint: %w", err)
+			}
+			err = insertEvents(ctx, sp, evs[i:i+1], outs[i:i+1], subs)
+			if isDataException(err) {
+				if rerr := sp.Rollback(ctx); rerr != nil {
+					return fmt.Errorf("rollback to savepoint: %w", rerr)
+				}
+				outs[i] = outcome{rejected: "PostgreSQL rejected the record: " + pgMessage(err)}
+				c.logger.WarnContext(ctx, "record rejected by PostgreSQL", "dedup_id", ev.dedupID, "err", err)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return fmt.Errorf("release savepoint: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// inBatchTransaction is the one transaction a batch is stored in, both
+// ways: the subscriptions are read inside it, fill writes the events and one
+// outcome each, and nothing is committed unless fill succeeds.
+func (c *Consumer) inBatchTransaction(ctx context.Context, evs []*event, fill func(tx pgx.Tx, subs []subscription, outs []outcome) error) ([]outcome, error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin batch transaction: %w", err)
@@ -91,26 +107,8 @@ func (c *Consumer) storeIsolated(ctx context.Context, evs []*event) ([]outcome, 
 		return nil, err
 	}
 	outs := make([]outcome, len(evs))
-	for i, ev := range evs {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("savepoint: %w", err)
-		}
-		err = insertEvents(ctx, sp, evs[i:i+1], outs[i:i+1], subs)
-		if isDataException(err) {
-			if rerr := sp.Rollback(ctx); rerr != nil {
-				return nil, fmt.Errorf("rollback to savepoint: %w", rerr)
-			}
-			outs[i] = outcome{rejected: "PostgreSQL rejected the record: " + pgMessage(err)}
-			c.logger.WarnContext(ctx, "record rejected by PostgreSQL", "dedup_id", ev.dedupID, "err", err)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := sp.Commit(ctx); err != nil {
-			return nil, fmt.Errorf("release savepoint: %w", err)
-		}
+	if err := fill(tx, subs, outs); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("commit batch transaction: %w", err)

@@ -1,10 +1,8 @@
 package delivery
 
 import (
-	"slices"
 	"testing"
 
-	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
@@ -13,15 +11,5 @@ import (
 // withDefaults applies exactly those.
 func TestDocumentedDefaultsAreTheEnvDefaults(t *testing.T) {
 	t.Parallel()
-	testkit.DocumentedDefaults(t, "config.go")
-	want, err := ConfigFromEnv(config.Defaults().Webhook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := Config{}.withDefaults()
-	if !slices.Equal(got.RetrySchedule, want.RetrySchedule) || got.DisableAfter != want.DisableAfter || got.Timeout != want.Timeout ||
-		got.Lease != want.Lease || got.Workers != want.Workers || got.MaxInFlightPerSubscription != want.MaxInFlightPerSubscription ||
-		got.PollInterval != want.PollInterval || got.ClaimLoops != want.ClaimLoops || got.ClaimBytes != want.ClaimBytes || got.ShutdownGrace != want.ShutdownGrace || got.Retention != want.Retention {
-		t.Errorf("withDefaults %+v, environment defaults %+v", got, want)
-	}
+	testkit.DocumentedDefaults(t, "config.go", Config{}.withDefaults(), envDefaults)
 }

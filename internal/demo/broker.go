@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -62,25 +63,10 @@ func CreateTopic(ctx context.Context, opts []kgo.Opt, topic string) error {
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	for {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == partitions {
-				ready := true
-				for _, p := range td.Partitions {
-					ready = ready && p.Leader >= 0 && p.Err == nil
-				}
-				if ready {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no leader for every partition after 30s", topic)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if kafkaclient.WaitTopicReady(ctx, adm, topic, partitions, 0) != nil {
+		return fmt.Errorf("topic %s has no leader for every partition after 30s", topic)
 	}
+	return nil
 }
 
 // RemoveTopic deletes a run's topic, its dead-letter topic and its consumer

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
@@ -65,6 +66,19 @@ func PrepareDatabase(ctx context.Context, cfg config.Database, embedded bool, lo
 
 // recreateDatabase drops and creates the demo's scratch database name.
 func recreateDatabase(ctx context.Context, cfg config.Database, name string) error {
+	return onServer(ctx, cfg, func(qctx context.Context, pool *pgxpool.Pool) error {
+		if _, err := pool.Exec(qctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return err
+		}
+		_, err := pool.Exec(qctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+		return err
+	})
+}
+
+// onServer runs f on a connection to cfg's server, bounded by
+// database.QueryTimeout: CREATE and DROP DATABASE run outside the database
+// they name, and must not hang the demo's start.
+func onServer(ctx context.Context, cfg config.Database, f func(qctx context.Context, pool *pgxpool.Pool) error) error {
 	pool, err := database.Connect(ctx, cfg)
 	if err != nil {
 		return err
@@ -72,11 +86,7 @@ func recreateDatabase(ctx context.Context, cfg config.Database, name string) err
 	defer pool.Close()
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	if _, err := pool.Exec(qctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return err
-	}
-	_, err = pool.Exec(qctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
+	return f(qctx, pool)
 }
 
 func prepare(ctx context.Context, cfg config.Database, embedded bool, log *slog.Logger) error {
@@ -126,21 +136,16 @@ func dbName(dsn string) string {
 
 // createDatabase creates name on cfg's server unless it exists.
 func createDatabase(ctx context.Context, cfg config.Database, name string) error {
-	pool, err := database.Connect(ctx, cfg)
-	if err != nil {
+	return onServer(ctx, cfg, func(qctx context.Context, pool *pgxpool.Pool) error {
+		var exists bool
+		if err := pool.QueryRow(qctx, databaseExistsSQL, name).Scan(&exists); err != nil || exists {
+			return err
+		}
+		_, err := pool.Exec(qctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: a concurrent demo won
+			return nil
+		}
 		return err
-	}
-	defer pool.Close()
-	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-	defer cancel()
-	var exists bool
-	if err := pool.QueryRow(qctx, databaseExistsSQL, name).Scan(&exists); err != nil || exists {
-		return err
-	}
-	_, err = pool.Exec(qctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: a concurrent demo won
-		return nil
-	}
-	return err
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/e2e"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/outbox"
 )
@@ -59,24 +60,11 @@ func TestOperationalEventsConvergeForAFailingSubscriberOfThemselves(t *testing.T
 	domainID := p.Enqueue(ctx, "a1", `{"n":1}`)
 
 	type opRow struct {
-		id, eventType string
-		payload       json.RawMessage
+		ID, EventType string
+		Payload       json.RawMessage
 	}
 	opsRows := func() []opRow {
-		rows, err := p.DB.Pool.Query(ctx, `SELECT id::text, event_type, payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, ops)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []opRow
-		for rows.Next() {
-			var r opRow
-			if err := rows.Scan(&r.id, &r.eventType, &r.payload); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, r)
-		}
-		return out
+		return pgtest.Structs[opRow](t, p.DB.Pool, `SELECT id::text, event_type, payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, ops)
 	}
 	// Converged: S disabled, every outbox row sent and consumed, no delivery
 	// open — nothing can announce anything any more.
@@ -99,7 +87,7 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 	got := opsRows()
 	var types []string
 	for _, r := range got {
-		types = append(types, r.eventType)
+		types = append(types, r.EventType)
 	}
 	want := []string{contract.OpDeliveryDead, contract.OpSubscriptionFailing, contract.OpSubscriptionDisabled}
 	if !slices.Equal(types, want) {
@@ -109,19 +97,19 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 	var failing contract.SubscriptionFailing
 	var disabled contract.SubscriptionDisabled
 	for i, v := range []any{&dead, &failing, &disabled} {
-		if err := json.Unmarshal(got[i].payload, v); err != nil {
-			t.Fatalf("%s payload %s: %v", got[i].eventType, got[i].payload, err)
+		if err := json.Unmarshal(got[i].Payload, v); err != nil {
+			t.Fatalf("%s payload %s: %v", got[i].EventType, got[i].Payload, err)
 		}
 	}
 	if dead.SubscriptionID != s.ID || dead.EventID != domainID || dead.Topic != topic || dead.Cause != contract.CauseAttempts ||
 		dead.StatusCode != 500 || dead.Attempts != 1 || dead.AssetID == nil || *dead.AssetID != "a1" {
-		t.Errorf("delivery.dead payload %s", got[0].payload)
+		t.Errorf("delivery.dead payload %s", got[0].Payload)
 	}
 	if failing.SubscriptionID != s.ID || failing.Percent != 50 || failing.ConsecutiveFailures != 2 || failing.DisableAfter != 3 {
-		t.Errorf("subscription.failing payload %s", got[1].payload)
+		t.Errorf("subscription.failing payload %s", got[1].Payload)
 	}
 	if disabled.SubscriptionID != s.ID || disabled.Cause != contract.CauseFailures || disabled.ConsecutiveFailures != 3 || disabled.Reason == "" {
-		t.Errorf("subscription.disabled payload %s", got[2].payload)
+		t.Errorf("subscription.disabled payload %s", got[2].Payload)
 	}
 	// S was sent the domain event and the first two announcements (the third
 	// came after it was disabled), one attempt each.
@@ -132,8 +120,8 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 	// The healthy subscriber got every one of them, in order.
 	testkit.Eventually(t, 30*time.Second, func() string {
 		for _, r := range got {
-			if len(p.Recv.Traceparents(r.id)) == 0 {
-				return "healthy subscriber has not got " + r.eventType
+			if len(p.Recv.Traceparents(r.ID)) == 0 {
+				return "healthy subscriber has not got " + r.EventType
 			}
 		}
 		return ""
@@ -153,9 +141,9 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
-		if ev.EventType != want[i] || string(rec.Key) != contract.OperationsAssetForSubscription(s.ID) || ev.DedupID != got[i].id {
+		if ev.EventType != want[i] || string(rec.Key) != contract.OperationsAssetForSubscription(s.ID) || ev.DedupID != got[i].ID {
 			t.Errorf("record %d: type %s key %s id %s, want %s %s %s", i, ev.EventType, rec.Key, ev.DedupID,
-				want[i], contract.OperationsAssetForSubscription(s.ID), got[i].id)
+				want[i], contract.OperationsAssetForSubscription(s.ID), got[i].ID)
 		}
 	}
 }

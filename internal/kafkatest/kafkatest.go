@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
@@ -59,6 +60,19 @@ func Fake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 
 var topicCounter atomic.Int64
 
+// Client is a franz-go client seeded with brokers (and opts), closed when t
+// ends: the producers and admin clients tests set up beside the code under
+// test.
+func Client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // TopicName returns a name no other test uses.
 func TopicName(t testing.TB) string {
 	name := strings.Map(func(r rune) rune {
@@ -80,6 +94,15 @@ func TopicName(t testing.TB) string {
 func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[string]*string) string {
 	t.Helper()
 	name := TopicName(t)
+	CreateTopicNamed(t, brokers, name, partitions, configs)
+	return name
+}
+
+// CreateTopicNamed is CreateTopic for a topic whose name the test chooses
+// (a "<topic>.dlq" beside a fresh topic): created, waited for until every
+// partition has a leader, deleted when t ends.
+func CreateTopicNamed(t testing.TB, brokers []string, name string, partitions int32, configs map[string]*string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
@@ -97,26 +120,9 @@ func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[s
 	}
 	// Wait until the metadata shows every partition with a leader, so the
 	// first produce does not race topic creation.
-	for {
-		md, err := adm.Metadata(ctx, name)
-		if err == nil {
-			if td, ok := md.Topics[name]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
-				ready := true
-				for _, p := range td.Partitions {
-					if p.Leader < 0 || p.Err != nil {
-						ready = false
-					}
-				}
-				if ready {
-					break
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			cl.Close()
-			t.Fatalf("topic %s never became ready", name)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if kafkaclient.WaitTopicReady(ctx, adm, name, int(partitions), 0) != nil {
+		cl.Close()
+		t.Fatalf("topic %s never became ready", name)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -124,7 +130,6 @@ func CreateTopic(t testing.TB, brokers []string, partitions int32, configs map[s
 		_, _ = adm.DeleteTopics(ctx, name)
 		cl.Close()
 	})
-	return name
 }
 
 // ConsumeAll reads every record of topic from the start until want records

@@ -22,11 +22,7 @@ import (
 func TestRealBrokerIsApacheKafka4(t *testing.T) {
 	t.Parallel()
 	brokers := RealBrokers(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
+	cl := Client(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -118,11 +114,7 @@ func TestRealBrokerRoundTripsHeaders(t *testing.T) {
 			{Key: "bin", Value: []byte{0x00, 0xff, 0x10, '\n'}},
 		},
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
+	cl := Client(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, want).FirstErr(); err != nil {

@@ -11,22 +11,15 @@
 package outboxstore
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // DB is what the statements run on: *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
+// satisfy it (the one interface every table owner takes).
+type DB = statement.DB
 
 // Interval renders d as a PostgreSQL interval literal (millisecond
 // precision), for the `$n::interval` parameters.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // The operator's view of the table: `bridge outbox stats|failed|replay`, the
@@ -87,15 +89,7 @@ type FailedRow struct {
 // ListFailed returns up to limit FAILED rows with seq above afterSeq, in seq
 // order (topic "" = all; afterSeq 0 = from the start).
 func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload bool, afterSeq int64) ([]FailedRow, error) {
-	rows, err := db.Query(ctx, listFailedSQL, topic, limit, withPayload, afterSeq)
-	if err != nil {
-		return nil, fmt.Errorf("list failed outbox rows: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[FailedRow])
-	if err != nil {
-		return nil, fmt.Errorf("list failed outbox rows: %w", err)
-	}
-	return out, nil
+	return statement.Select[FailedRow](ctx, db, "list failed outbox rows", listFailedSQL, topic, limit, withPayload, afterSeq)
 }
 
 // replayByIDSQL returns FAILED rows to NEW with a fresh budget. The row keeps
@@ -132,11 +126,9 @@ WITH r AS (
 )
 SELECT count(*), bridge.wake_relays(min(seq)) FROM r`
 
-// NotReplayed is an id ReplayIDs left alone, and why.
-type NotReplayed struct {
-	ID     uuid.UUID `json:"id"`
-	Reason string    `json:"reason"` // "no such outbox row", "is SENT, not FAILED", …
-}
+// NotReplayed is an id ReplayIDs left alone, and why ("no such outbox
+// row", "is SENT, not FAILED").
+type NotReplayed = statement.LeftAlone[uuid.UUID]
 
 // ReplayIDs returns the given FAILED rows to NEW with attempts reset. They
 // keep their seq and their trace: the replayed send continues the original
@@ -149,26 +141,16 @@ func ReplayIDs(ctx context.Context, db DB, ids []uuid.UUID) (replayed []uuid.UUI
 		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
 	}
 	defer rows.Close()
+	var a statement.Acted[uuid.UUID]
 	for rows.Next() {
-		var id uuid.UUID
-		var ok bool
-		var status *string
-		if err := rows.Scan(&id, &ok, &status); err != nil {
+		if err := a.Scan(rows, "outbox row", "FAILED"); err != nil {
 			return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
-		}
-		switch {
-		case ok:
-			replayed = append(replayed, id)
-		case status == nil:
-			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "no such outbox row"})
-		default:
-			notReplayed = append(notReplayed, NotReplayed{ID: id, Reason: "is " + *status + ", not FAILED"})
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("replay outbox rows: %w", err)
 	}
-	return replayed, notReplayed, nil
+	return a.Done, a.Left, nil
 }
 
 // ReplayAllFailed returns every FAILED row (of topic, if not "", and failed

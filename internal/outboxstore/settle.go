@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // Every statement that records an outcome is fenced: `o.lane = ANY(fence)`
@@ -99,15 +101,7 @@ func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge,
 		ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
 	}
 	if ann.Topic == "" {
-		rows, err := db.Query(ctx, chargeSQL, member, ids, errs, delays, maxAttempts)
-		if err != nil {
-			return nil, fmt.Errorf("charge outbox attempts: %w", err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
-		if err != nil {
-			return nil, fmt.Errorf("charge outbox attempts: %w", err)
-		}
-		return out, nil
+		return statement.Select[Charged](ctx, db, "charge outbox attempts", chargeSQL, member, ids, errs, delays, maxAttempts)
 	}
 	var out []Charged
 	b := &pgx.Batch{}

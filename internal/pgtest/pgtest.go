@@ -26,6 +26,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/database"
+	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/migrations"
 )
@@ -102,6 +103,33 @@ func New(t testing.TB) *DB {
 		_, _ = c.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
 	})
 	return &DB{Pool: pool, URL: dbURL, Name: name}
+}
+
+// Column runs sql on q and returns its one column as []T, failing the test
+// on any error: how a test reads back what the code under test stored.
+func Column[T any](t testing.TB, q statement.Querier, sql string, args ...any) []T {
+	t.Helper()
+	return collect(t, q, pgx.RowTo[T], sql, args...)
+}
+
+// Structs is Column for several columns: each row becomes a T, its exported
+// fields filled from the columns in order (pgx.RowToStructByPos).
+func Structs[T any](t testing.TB, q statement.Querier, sql string, args ...any) []T {
+	t.Helper()
+	return collect(t, q, pgx.RowToStructByPos[T], sql, args...)
+}
+
+func collect[T any](t testing.TB, q statement.Querier, row pgx.RowToFunc[T], sql string, args ...any) []T {
+	t.Helper()
+	rows, err := q.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("query %q: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, row)
+	if err != nil {
+		t.Fatalf("read %q: %v", sql, err)
+	}
+	return out
 }
 
 // Empty creates an unmigrated database (for migration tests).

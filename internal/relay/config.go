@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"cmp"
 	"log/slog"
 	"time"
 
@@ -79,17 +78,7 @@ var envDefaults = ConfigFromEnv(config.Defaults().Relay)
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	d := envDefaults
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, d.MaxAttempts)
-	c.BackoffBase = cmp.Or(c.BackoffBase, d.BackoffBase)
-	c.BackoffMax = cmp.Or(c.BackoffMax, d.BackoffMax)
-	c.BatchSize = cmp.Or(c.BatchSize, d.BatchSize)
-	c.BatchBytes = cmp.Or(c.BatchBytes, d.BatchBytes)
-	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
-	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, d.LeaseTimeout)
-	c.ProduceTimeout = cmp.Or(c.ProduceTimeout, d.ProduceTimeout)
-	c.Retention = cmp.Or(c.Retention, d.Retention)
-	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
+	c = config.FillZero(c, envDefaults)
 	if c.MemberID == "" {
 		c.MemberID = service.ReplicaID()
 	}

@@ -1,12 +1,18 @@
 // Package testkit holds what tests of every stage need, written once:
 // Eventually (poll a condition instead of sleeping), Unavailable (a missing
-// service fails under CI=true and skips elsewhere), LogBuffer (a log sink safe
-// to read while goroutines write it) and DocumentedDefaults.
+// service fails under CI=true and skips elsewhere), Jaeger (where the test
+// Jaeger is), LogBuffer (a log sink safe to read while goroutines write it)
+// and DocumentedDefaults.
 package testkit
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +27,15 @@ const Poll = 25 * time.Millisecond
 // says what state the test saw rather than only that it timed out.
 func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
+	EventuallyEvery(context.Background(), t, timeout, Poll, cond)
+}
+
+// EventuallyEvery is Eventually re-checking every every (a condition that is
+// costly to read, such as a browser page, is polled less often), and failing
+// at once when ctx ends: what the condition reads has gone away, and waiting
+// out the timeout would only hide why.
+func EventuallyEvery(ctx context.Context, t testing.TB, timeout, every time.Duration, cond func() string) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		msg := cond()
@@ -30,7 +45,11 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not true within %s: %s", timeout, msg)
 		}
-		time.Sleep(Poll)
+		select {
+		case <-time.After(every):
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting (%v): %s", ctx.Err(), msg)
+		}
 	}
 }
 
@@ -57,8 +76,11 @@ func Unavailable(t testing.TB, service, how string, err error) {
 
 // DocumentedDefaults fails the test for each default that a stage's config
 // source file documents in a field comment but that differs from the
-// environment variable's envDefault: the comment is what a reader trusts.
-func DocumentedDefaults(t testing.TB, configFile string) {
+// environment variable's envDefault (the comment is what a reader trusts),
+// and for each environment-backed field that the stage's withDefaults
+// (applied: Config{}.withDefaults()) does not set to its envDefault (env:
+// ConfigFromEnv of config.Defaults()).
+func DocumentedDefaults[C any](t testing.TB, configFile string, applied, env C) {
 	t.Helper()
 	src, err := os.ReadFile(configFile)
 	if err != nil {
@@ -68,7 +90,35 @@ func DocumentedDefaults(t testing.TB, configFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range bad {
+	for _, b := range append(bad, config.DefaultsNotApplied(applied, env)...) {
 		t.Error(b)
 	}
+}
+
+// Jaeger returns the OTLP/HTTP address and the query URL of the test Jaeger
+// (BRIDGE_TEST_JAEGER_OTLP, BRIDGE_TEST_JAEGER_QUERY; by default where
+// scripts/services-up.sh starts Jaeger v2), failing the test under CI=true
+// (skipping otherwise) when either does not answer.
+func Jaeger(t testing.TB) (otlp, query string) {
+	t.Helper()
+	otlp = cmp.Or(os.Getenv("BRIDGE_TEST_JAEGER_OTLP"), "127.0.0.1:4318")
+	query = strings.TrimRight(cmp.Or(os.Getenv("BRIDGE_TEST_JAEGER_QUERY"), "http://127.0.0.1:16686"), "/")
+	how := "`make services` (scripts/services-up.sh)"
+	conn, err := net.DialTimeout("tcp", otlp, 3*time.Second)
+	if err != nil {
+		Unavailable(t, "Jaeger OTLP/HTTP at "+otlp, how, err)
+	}
+	conn.Close()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(query + "/api/services")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET /api/services: %s", resp.Status)
+		}
+	}
+	if err != nil {
+		Unavailable(t, "Jaeger query at "+query, how, err)
+	}
+	return otlp, query
 }

@@ -23,7 +23,9 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/chaos/judge"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
+	"github.com/outboxbridge/bridge/internal/service"
 )
 
 // Pipeline is one fault run's world: a database, brokers, the bridge
@@ -247,24 +249,10 @@ func createTopic(ctx context.Context, brokers []string, topic string, parts int3
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	for ctx.Err() == nil {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(parts) {
-				ready := true
-				for _, pd := range td.Partitions {
-					if pd.Leader < 0 || pd.Err != nil || len(pd.ISR) < int(rf) {
-						ready = false
-					}
-				}
-				if ready {
-					return nil
-				}
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	if kafkaclient.WaitTopicReady(ctx, adm, topic, int(parts), int(rf)) != nil {
+		return fmt.Errorf("topic %s never became ready", topic)
 	}
-	return fmt.Errorf("topic %s never became ready", topic)
+	return nil
 }
 
 // StartProcs starts every bridge process.
@@ -419,16 +407,10 @@ func (p *Pipeline) Load(ctx context.Context, rate int) {
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-			t := time.NewTicker(tick)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			service.Every(ctx, service.Loop{Name: "chaos load", Interval: tick}, func(ctx context.Context) error {
 				p.oneTx(ctx, rng)
-			}
+				return nil
+			})
 		}(w)
 	}
 	wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/service"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -23,6 +24,27 @@ type sample struct {
 	PLag   map[int32]int64
 }
 
+// SampleUntilEnd runs Sample every 200ms from now until the test returns
+// (its cleanup waits for the sampler to stop), so every scenario's stall
+// and lag judgments read samples taken the same way.
+func (p *Pipeline) SampleUntilEnd() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Sample(p.T.Context(), 200*time.Millisecond) // cancelled as the test returns
+	}()
+	p.T.Cleanup(func() { <-done })
+}
+
+// StartSampled starts the processes, samples until the test ends and waits
+// until the pipeline has settled: the opening of every scenario under load.
+func (p *Pipeline) StartSampled() {
+	p.T.Helper()
+	p.StartProcs()
+	p.SampleUntilEnd()
+	p.WaitSettled(2 * time.Minute)
+}
+
 // Sample watches the pipeline every interval until ctx ends: the consumer
 // inbox, the group's lag and the relay lanes' owners.
 func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
@@ -34,14 +56,7 @@ func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	group := "chaos-" + p.Topic
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	service.Every(ctx, service.Loop{Name: "chaos sampler", Interval: interval}, func(ctx context.Context) error {
 		s := sample{At: time.Now(), OK: true, Commit: map[int32]int64{}, PLag: map[int32]int64{}}
 		qctx, cancel := context.WithTimeout(ctx, interval*4)
 		if err := p.appPool.QueryRow(qctx, `SELECT count(*) FROM bridge.consumer_inbox`).Scan(&s.Inbox); err != nil {
@@ -78,7 +93,8 @@ func (p *Pipeline) Sample(ctx context.Context, interval time.Duration) {
 		p.mu.Lock()
 		p.samples = append(p.samples, s)
 		p.mu.Unlock()
-	}
+		return nil
+	})
 }
 
 // Stall is a period in which a partition had records waiting (lag > 0)

@@ -24,8 +24,22 @@ import (
 // plan: the plan's shape does not depend on the parameters (index probes per
 // stream), while a custom plan was made for every claim — 1–3 ms of planning
 // per claim on a quiet machine, up to 14 ms on a busy one, against 0.06 ms.
+//
+// A generic plan is made once per connection, at its first claim, and kept:
+// when that is on a new or emptied database, it is planned for empty tables
+// and kept while the backlog grows. Planned so, the claim scanned every
+// pending row of a subscription and compared each with every row picked
+// (450,000 comparisons, ~1 s per claim at 14,000 rows behind), claims got
+// slower as the backlog grew, and `bench pipeline` fell behind for good
+// (1,000 events/s × 3: 1,500 webhooks/s, p99 33 s). Sequential scans, hash
+// and merge joins and bitmap scans are therefore off for the claim's
+// transaction: the claim is meant to be index probes per stream joined by
+// nested loops, and with them off that is the plan whatever the statistics
+// said when it was made (the locked CTE's LATERAL fixes its join order too).
 const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('jit', 'off', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true)`
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // claimSubscriptionsSQL picks the subscriptions a claim serves: the enabled
 // ones of this claim loop's share ($1 loops, this one $2; by a hash of the
@@ -225,9 +239,12 @@ picked AS (
   WHERE running - payload_bytes < $6::bigint -- the row starts within the byte budget (the first always does)
 ),
 locked AS (
-  SELECT d.id FROM bridge.deliveries d
-  WHERE d.id IN (SELECT id FROM picked) AND d.status = 'pending'
-  FOR UPDATE SKIP LOCKED
+  SELECT l.id FROM picked p
+  CROSS JOIN LATERAL (
+    SELECT d.id FROM bridge.deliveries d
+    WHERE d.id = p.id AND d.status = 'pending'
+    FOR UPDATE SKIP LOCKED
+  ) l
 ),
 claimed AS (
   UPDATE bridge.deliveries d

@@ -284,13 +284,7 @@ func TestReclaimStalledOnLastAttemptDies(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	s := b.createSub(t, "https://a.example/hook")
-	id := b.insert(t, s.ID, "x", 1, `{}`)
-	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET attempts = 2 WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 1, MaxInFlight: 8, Lease: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	id := b.stalledOnLastAttempt(t, s.ID)
 	time.Sleep(5 * time.Millisecond)
 	if _, dead, err := b.store.ReclaimStalled(ctx, 100, 3); err != nil || dead != 1 {
 		t.Fatalf("dead=%d err=%v, want 1", dead, err)

@@ -7,15 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // DB is what the stores need from PostgreSQL; *pgxpool.Pool satisfies it.
+// Unlike a bare statement.DB it can begin its own transactions.
 type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	statement.DB
 	Begin(ctx context.Context) (pgx.Tx, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Querier is what both a transaction and a savepoint offer: the consumer

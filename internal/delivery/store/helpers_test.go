@@ -87,3 +87,19 @@ func (b *testBundle) sub(t *testing.T, id string) *Subscription {
 	}
 	return s
 }
+
+// stalledOnLastAttempt inserts a delivery for subID that has used two of its
+// attempts and claims it with a 1ms lease: a worker stalled on the last
+// attempt, which ReclaimStalled(…, maxAttempts 3) must turn into a death.
+func (b *testBundle) stalledOnLastAttempt(t *testing.T, subID string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	id := b.insert(t, subID, "x", 1, `{}`)
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET attempts = 2 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 1, MaxInFlight: 8, Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

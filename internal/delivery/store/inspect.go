@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // The operator views behind the console (internal/console): per
@@ -106,13 +107,9 @@ func (h SubscriptionHealth) WithRates(r SubscriptionHealth) SubscriptionHealth {
 }
 
 func (s *DeliveryStore) health(ctx context.Context, sql string) (map[string]SubscriptionHealth, error) {
-	rows, err := s.db.Query(ctx, sql)
+	list, err := statement.Select[SubscriptionHealth](ctx, s.db, "subscription health", sql)
 	if err != nil {
-		return nil, fmt.Errorf("subscription health: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[SubscriptionHealth])
-	if err != nil {
-		return nil, fmt.Errorf("subscription health: %w", err)
+		return nil, err
 	}
 	out := make(map[string]SubscriptionHealth, len(list))
 	for _, h := range list {
@@ -133,13 +130,9 @@ func (s *DeliveryStore) Stream(ctx context.Context, subscriptionID, asset string
 	if err := s.db.QueryRow(ctx, countStreamSQL, id, asset).Scan(&open); err != nil {
 		return nil, 0, fmt.Errorf("read stream: %w", err)
 	}
-	rows, err := s.db.Query(ctx, listStreamSQL, id, asset, limit)
+	ds, err := statement.Select[Delivery](ctx, s.db, "read stream", listStreamSQL, id, asset, limit)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read stream: %w", err)
-	}
-	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[Delivery])
-	if err != nil {
-		return nil, 0, fmt.Errorf("read stream: %w", err)
+		return nil, 0, err
 	}
 	return ds, open, nil
 }

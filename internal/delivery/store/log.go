@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // deliveryColumns is the column list of a Delivery as the log shows it,
@@ -113,13 +115,9 @@ func (s *DeliveryStore) List(ctx context.Context, p ListParams) (*Page, error) {
 	if !p.CreatedTo.IsZero() {
 		to = p.CreatedTo
 	}
-	rows, err := s.db.Query(ctx, listDeliveriesSQL, sub, status, asset, p.Limit+1, after, eventType, from, to)
+	ds, err := statement.Select[Delivery](ctx, s.db, "list deliveries", listDeliveriesSQL, sub, status, asset, p.Limit+1, after, eventType, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("list deliveries: %w", err)
-	}
-	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[Delivery])
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries: %w", err)
+		return nil, err
 	}
 	page := &Page{Deliveries: ds}
 	if len(ds) > p.Limit {
@@ -160,15 +158,7 @@ func (s *DeliveryStore) Attempts(ctx context.Context, id int64) ([]Attempt, erro
 	if !exists {
 		return nil, notFound("delivery", strconv.FormatInt(id, 10), pgx.ErrNoRows)
 	}
-	rows, err := s.db.Query(ctx, listAttemptsSQL, id)
-	if err != nil {
-		return nil, fmt.Errorf("list attempts of delivery %d: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
-	if err != nil {
-		return nil, fmt.Errorf("list attempts of delivery %d: %w", id, err)
-	}
-	return out, nil
+	return statement.Select[Attempt](ctx, s.db, fmt.Sprintf("list attempts of delivery %d", id), listAttemptsSQL, id)
 }
 
 // Delivery is a delivery as the log shows it: never the payload.

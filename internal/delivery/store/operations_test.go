@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
 const testOps = "bridge.operations"
@@ -22,21 +23,8 @@ type announced struct {
 // announcements reads the operational events in bridge.outbox, in relay order.
 func (b *testBundle) announcements(t *testing.T) []announced {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(),
+	return pgtest.Structs[announced](t, b.pool,
 		`SELECT event_type, coalesce(asset_id, ''), payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, testOps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []announced
-	for rows.Next() {
-		var a announced
-		if err := rows.Scan(&a.EventType, &a.AssetID, &a.Payload); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
 }
 
 func types(as []announced) []string {
@@ -179,13 +167,7 @@ func TestReclaimedLastAttemptAnnouncesTheDeath(t *testing.T) {
 	b.store.Operations = testOps
 	ctx := context.Background()
 	s := b.createSub(t, "https://a.example/hook")
-	id := b.insert(t, s.ID, "x", 1, `{}`)
-	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET attempts = 2 WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 1, MaxInFlight: 8, Lease: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	id := b.stalledOnLastAttempt(t, s.ID)
 	var dead int
 	for dead == 0 { // the lease is a millisecond: wait for it to run out
 		var err error

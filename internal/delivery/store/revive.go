@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
 // Revive: dead deliveries back to pending, over bridge.deliveries and
@@ -45,11 +46,9 @@ st AS (
 )
 SELECT id FROM d ORDER BY seq`
 
-// NotRevived is a delivery id Revive left alone, and why.
-type NotRevived struct {
-	ID     int64  `json:"id"`
-	Reason string `json:"reason"` // "no such delivery", "is pending, not dead", …
-}
+// NotRevived is a delivery id Revive left alone, and why ("no such
+// delivery", "is pending, not dead").
+type NotRevived = statement.LeftAlone[int64]
 
 // Revive puts dead deliveries back to pending with attempts reset and
 // returns them in seq order. Every other id is reported with the reason it
@@ -57,24 +56,9 @@ type NotRevived struct {
 // the revived ids left the caller to work out what became of the rest.
 // (The reason is read in the statement's snapshot, before the update.)
 func (s *DeliveryStore) Revive(ctx context.Context, ids []int64) (revived []int64, notRevived []NotRevived, err error) {
-	err = s.revive(ctx, reviveSQL, []any{ids}, func(rows pgx.Rows) error {
-		var id int64
-		var ok bool
-		var status *string
-		if err := rows.Scan(&id, &ok, &status); err != nil {
-			return err
-		}
-		switch {
-		case ok:
-			revived = append(revived, id)
-		case status == nil:
-			notRevived = append(notRevived, NotRevived{ID: id, Reason: "no such delivery"})
-		default:
-			notRevived = append(notRevived, NotRevived{ID: id, Reason: "is " + *status + ", not dead"})
-		}
-		return nil
-	})
-	return revived, notRevived, err
+	var a statement.Acted[int64]
+	err = s.revive(ctx, reviveSQL, []any{ids}, func(rows pgx.Rows) error { return a.Scan(rows, "delivery", "dead") })
+	return a.Done, a.Left, err
 }
 
 // ReviveSubscription revives every dead delivery of a subscription.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
@@ -113,15 +114,7 @@ func rotateSecret(ctx context.Context, q Querier, keys *keyring.Ring, subscripti
 }
 
 func listSecrets(ctx context.Context, q Querier, subscriptionID string) ([]SecretInfo, error) {
-	rows, err := q.Query(ctx, listSecretsSQL, subscriptionID)
-	if err != nil {
-		return nil, fmt.Errorf("list secrets: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[SecretInfo])
-	if err != nil {
-		return nil, fmt.Errorf("list secrets: %w", err)
-	}
-	return out, nil
+	return statement.Select[SecretInfo](ctx, q, "list secrets", listSecretsSQL, subscriptionID)
 }
 
 // Key rotation ---------------------------------------------------------------

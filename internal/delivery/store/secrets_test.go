@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/outboxbridge/bridge/internal/keyring"
+	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
 const (
@@ -32,15 +32,7 @@ func ring(t testing.TB, items ...string) *keyring.Ring {
 // them, oldest first.
 func (b *testBundle) rawSecrets(t testing.TB, subID string) []string {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT secret FROM bridge.subscription_secrets WHERE subscription_id = $1 ORDER BY id`, subID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return pgtest.Column[string](t, b.pool, `SELECT secret FROM bridge.subscription_secrets WHERE subscription_id = $1 ORDER BY id`, subID)
 }
 
 // claimOne claims the one pending delivery of the test.

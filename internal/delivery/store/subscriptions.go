@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/keyring"
 )
 
@@ -111,15 +112,7 @@ type Route struct {
 
 // Routes reads every subscription's routing rule, in q's transaction.
 func Routes(ctx context.Context, q Querier) ([]Route, error) {
-	rows, err := q.Query(ctx, routesSQL)
-	if err != nil {
-		return nil, fmt.Errorf("load subscriptions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Route])
-	if err != nil {
-		return nil, fmt.Errorf("load subscriptions: %w", err)
-	}
-	return out, nil
+	return statement.Select[Route](ctx, q, "load subscriptions", routesSQL)
 }
 
 // SubscriptionStore manages subscriptions and their secrets.
@@ -388,15 +381,7 @@ func (s *SubscriptionStore) Get(ctx context.Context, id string) (*Subscription, 
 
 // List returns every subscription, oldest first.
 func (s *SubscriptionStore) List(ctx context.Context) ([]Subscription, error) {
-	rows, err := s.db.Query(ctx, listSubscriptionsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("list subscriptions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscription])
-	if err != nil {
-		return nil, fmt.Errorf("list subscriptions: %w", err)
-	}
-	return out, nil
+	return statement.Select[Subscription](ctx, s.db, "list subscriptions", listSubscriptionsSQL)
 }
 
 // Update changes the non-nil fields of in.
