@@ -2,15 +2,11 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,38 +16,11 @@ import (
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
-// arrivalReceiver records when each request arrived, per subscription (URL
-// path), and counts requests that arrived out of their stream's order.
-type arrivalReceiver struct {
-	mu       sync.Mutex
-	at       map[string][]time.Time
-	last     map[string]int64
-	disorder int
-}
-
-func (a *arrivalReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	body, _ := io.ReadAll(r.Body)
-	var env struct {
-		AssetID  string `json:"asset_id"`
-		AssetSeq int64  `json:"asset_seq"`
-	}
-	_ = json.Unmarshal(body, &env)
-	stream := r.URL.Path + "|" + env.AssetID
-	a.mu.Lock()
-	a.at[r.URL.Path] = append(a.at[r.URL.Path], now)
-	if env.AssetSeq != a.last[stream]+1 {
-		a.disorder++
-	}
-	a.last[stream] = env.AssetSeq
-	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (a *arrivalReceiver) arrivals(path string) []time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := append([]time.Time(nil), a.at[path]...)
+// arrivals are the times requests to path arrived, in order.
+func (o *overlapReceiver) arrivals(path string) []time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := append([]time.Time(nil), o.at[path]...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
 }
@@ -66,7 +35,8 @@ func (a *arrivalReceiver) arrivals(path string) []time.Time {
 func TestRateLimitHoldsAcrossTwoReplicas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	rc := &arrivalReceiver{at: map[string][]time.Time{}, last: map[string]int64{}}
+	rc := &overlapReceiver{at: map[string][]time.Time{}, busySub: map[string]int{}, peakSub: map[string]int{},
+		busyStream: map[string]int{}, last: map[string]int64{}}
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	const rate, burst, assets, perAsset = 40, 5, 24, 10
@@ -109,9 +79,11 @@ func TestRateLimitHoldsAcrossTwoReplicas(t *testing.T) {
 	if len(got) != want || len(fast) != want {
 		t.Fatalf("receiver got %d limited and %d unlimited requests; want %d each (no duplicates)", len(got), len(fast), want)
 	}
-	if rc.disorder != 0 {
-		t.Errorf("%d requests arrived out of their stream's order", rc.disorder)
+	rc.mu.Lock()
+	if rc.overlaps != 0 || rc.disorder != 0 {
+		t.Errorf("%d requests overlapped another of their stream, %d arrived out of stream order", rc.overlaps, rc.disorder)
 	}
+	rc.mu.Unlock()
 	sent := make([]int, len(logs))
 	for r, l := range logs {
 		for line := range strings.SplitSeq(l.String(), "\n") {
