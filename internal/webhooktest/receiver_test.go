@@ -99,10 +99,7 @@ func TestReceiverSignatureCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rv, err := webhooktest.NewWithSecret(secret)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rv := receiverFor(t, secret)
 			tc.req.id, tc.req.asset, tc.req.assetSeq = newID(), &asset, 1
 			if code := send(t, rv, tc.req); code != tc.code {
 				t.Errorf("status = %d, want %d", code, tc.code)
@@ -123,12 +120,8 @@ func TestReceiverSignatureCheck(t *testing.T) {
 
 func TestReceiverOrderCheck(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
+	rv, secret := newTestReceiver(t)
 	a, b := "asset-a", "asset-b"
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
 	first := newID()
 	steps := []struct {
 		name       string
@@ -169,11 +162,7 @@ func TestReceiverOrderCheck(t *testing.T) {
 
 func TestReceiverRecordsArrivalAndTrace(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rv, secret := newTestReceiver(t)
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rv.Now = func() time.Time { return at }
 	id, asset := newID(), "asset-1"
@@ -187,11 +176,7 @@ func TestReceiverRecordsArrivalAndTrace(t *testing.T) {
 
 func TestReceiverRejectsSignedNonEnvelope(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rv, secret := newTestReceiver(t)
 	id := newID()
 	body := []byte(`{"hello":"world"}`)
 	now := time.Now().Unix()
@@ -215,11 +200,7 @@ func TestReceiverRejectsSignedNonEnvelope(t *testing.T) {
 // not.
 func TestReceiverDetectsOverlappingRequests(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rv, secret := newTestReceiver(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 4)
 	rv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
@@ -263,11 +244,7 @@ func TestReceiverDetectsOverlappingRequests(t *testing.T) {
 // its answer, before the answer is sent.
 func TestReceiverRespondAndObserve(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rv, secret := newTestReceiver(t)
 	rv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
 		if r.Attempt == 1 {
 			return http.StatusServiceUnavailable, 0
@@ -308,11 +285,7 @@ func TestReceiverRespondAndObserve(t *testing.T) {
 // event would arrive out of order.
 func TestReceiverGapless(t *testing.T) {
 	t.Parallel()
-	secret := store.NewSecret()
-	rv, err := webhooktest.NewWithSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rv, secret := newTestReceiver(t)
 	rv.Gapless = true
 	a, b := "asset-a", "asset-b"
 	for _, s := range []struct {
@@ -368,4 +341,22 @@ func TestReceiverPerSubscriptionSecrets(t *testing.T) {
 	if st := rv.Stats(); st.Accepted != 2 || st.NotReady != 1 || st.SignatureFailures != 1 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// newTestReceiver is a receiver verifying with a fresh secret, and the
+// secret to sign with.
+func newTestReceiver(t *testing.T) (*webhooktest.Receiver, string) {
+	t.Helper()
+	secret := store.NewSecret()
+	return receiverFor(t, secret), secret
+}
+
+// receiverFor is a receiver verifying with secret.
+func receiverFor(t *testing.T, secret string) *webhooktest.Receiver {
+	t.Helper()
+	rv, err := webhooktest.NewWithSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
 }

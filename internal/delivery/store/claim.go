@@ -358,6 +358,12 @@ type ClaimParams struct {
 	// Bytes bounds the payload bytes the claim returns (the first row is
 	// always returned); zero means no bound.
 	Bytes int
+	// Reserve, when set, is called once the claim knows how many
+	// subscriptions it serves (it holds their locks), before it claims; it
+	// returns the Limit and Bytes to claim with (a zero limit claims
+	// nothing). The claimer reserves its slots there, for what these
+	// subscriptions can take at most, instead of for a guess made before.
+	Reserve func(subscriptions int) (limit, bytes int)
 }
 
 // Claim hands out up to p.Limit deliveries, at most one per (subscription,
@@ -401,14 +407,24 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	var rates []int32
 	loops := max(p.Loops, 1)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimLockSQL); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, claimSubscriptionsSQL, loops, p.Loop).Scan(&subs, &res.Contended, &rated, &tokens, &rates); err != nil {
+		// The locks and the subscriptions in one round trip: they are two
+		// statements (the claim's snapshot must follow the locks), not two
+		// waits for the scheduler on a busy machine.
+		b := &pgx.Batch{}
+		b.Queue(claimLockSQL)
+		b.Queue(claimSubscriptionsSQL, loops, p.Loop).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&subs, &res.Contended, &rated, &tokens, &rates)
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if len(subs) == 0 {
 			return nil
+		}
+		if p.Reserve != nil {
+			if p.Limit, p.Bytes = p.Reserve(len(subs)); p.Limit <= 0 {
+				return nil
+			}
 		}
 		budget := int64(p.Bytes)
 		if budget <= 0 {
