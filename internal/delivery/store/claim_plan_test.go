@@ -47,8 +47,9 @@ func TestClaimPlanMadeOnEmptyTablesStaysCheap(t *testing.T) {
 	if _, err := conn.Exec(ctx, `PREPARE claim_plan_test AS `+claimSQL); err != nil {
 		t.Fatal(err)
 	}
-	// EXECUTE takes no bind parameters: the ids go in as a literal.
-	execute := fmt.Sprintf(`EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', '{%s}', 9223372036854775807)`, strings.Join(subs, ","))
+	// EXECUTE takes no bind parameters: the ids go in as a literal (no
+	// rate-limited subscriptions: the last two arrays are empty).
+	execute := fmt.Sprintf(`EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', '{%s}', 9223372036854775807, '{}', '{}')`, strings.Join(subs, ","))
 	run := func(sql string, f func(pgx.Rows) error) {
 		t.Helper()
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
