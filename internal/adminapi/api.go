@@ -299,6 +299,8 @@ type errorBody struct {
 // API's JSON names.
 var storeFields = map[string]string{
 	"event-types":     "event_types",
+	"rate-limit":      "rate_limit",
+	"rate-burst":      "rate_burst",
 	"subscription id": "id",
 }
 

@@ -257,6 +257,13 @@ func TestSubscriptionLifecycle(t *testing.T) {
 	if et := upd["event_types"].([]any); len(et) != 2 {
 		t.Fatalf("update without event_types changed them: %v", et)
 	}
+	rl := b.do(t, "PATCH", "/api/v1/subscriptions/"+id, `{"rate_limit": 20, "rate_burst": 5}`).want(t, http.StatusOK).obj(t)
+	if rl["rate_limit"] != 20.0 || rl["rate_burst"] != 5.0 || rl["url"] != "https://crm.example.com/v2/hooks" {
+		t.Fatalf("rate limit update: %v; want rate_limit 20, rate_burst 5, the rest unchanged", rl)
+	}
+	if rl = b.do(t, "PATCH", "/api/v1/subscriptions/"+id, `{"rate_limit": 0}`).want(t, http.StatusOK).obj(t); rl["rate_limit"] != nil {
+		t.Fatalf("rate_limit 0 left %v; want no limit (field absent)", rl["rate_limit"])
+	}
 
 	dis := b.do(t, "POST", "/api/v1/subscriptions/"+id+"/disable", `{"reason": "endpoint migrating"}`).want(t, http.StatusOK).obj(t)
 	if dis["enabled"] != false || dis["disabled_reason"] != "endpoint migrating" {
@@ -557,6 +564,11 @@ func TestBadInput(t *testing.T) {
 		{"replay with both", "POST", "/api/v1/outbox/replay", `{"ids": ["` + failed[0] + `"], "all_failed": true}`, 400, "all_failed"},
 		{"replay empty ids", "POST", "/api/v1/outbox/replay", `{"ids": []}`, 400, "ids"},
 		{"topic without all_failed", "POST", "/api/v1/outbox/replay", `{"ids": ["` + failed[0] + `"], "topic": "assets"}`, 400, "topic"},
+		{"negative rate limit", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["*"], "rate_limit": -5}`, 400, "rate_limit"},
+		{"rate limit a string", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["*"], "rate_limit": "fast"}`, 400, "rate_limit"},
+		{"fractional rate limit", "POST", "/api/v1/subscriptions", `{"url": "https://x.example.com/h", "event_types": ["*"], "rate_limit": 2.5}`, 400, "rate_limit"},
+		{"zero burst", "PATCH", s, `{"rate_limit": 10, "rate_burst": 0}`, 400, "rate_burst"},
+		{"burst alone", "PATCH", s, `{"rate_burst": 3}`, 400, "rate_burst"},
 		{"bad since", "POST", "/api/v1/outbox/replay", `{"all_failed": true, "since": "yesterday"}`, 400, "since"},
 		{"negative since", "POST", "/api/v1/outbox/replay", `{"all_failed": true, "since": "-1h"}`, 400, "since"},
 		{"revive without selector", "POST", "/api/v1/deliveries/revive", `{}`, 400, "ids"},

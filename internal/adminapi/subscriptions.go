@@ -21,6 +21,10 @@ type subscriptionRequest struct {
 	// Since (create only): RFC 3339 time or duration ago; the subscription
 	// starts with the retained history since then.
 	Since *string `json:"since"`
+	// RateLimit: requests per second, every deliverer together (0: no
+	// limit); RateBurst only with it (absent: the default burst).
+	RateLimit *int `json:"rate_limit"`
+	RateBurst *int `json:"rate_burst"`
 }
 
 func (req subscriptionRequest) input() (store.SubscriptionInput, error) {
@@ -39,7 +43,8 @@ func (req subscriptionRequest) input() (store.SubscriptionInput, error) {
 			return store.SubscriptionInput{}, err
 		}
 	}
-	in := store.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description}
+	in := store.SubscriptionInput{URL: req.URL, EventTypes: req.EventTypes, Topic: req.Topic, Description: req.Description,
+		RateLimit: req.RateLimit, RateBurst: req.RateBurst}
 	if req.Since != nil {
 		t, err := store.ParseSince(*req.Since, time.Now())
 		if err != nil {
@@ -151,8 +156,9 @@ func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	if in.URL == nil && in.EventTypes == nil && in.Topic == nil && in.Description == nil && in.Since == nil {
-		return badRequest("body", "nothing to update: give at least one of url, event_types, topic, description")
+	if in.URL == nil && in.EventTypes == nil && in.Topic == nil && in.Description == nil && in.Since == nil &&
+		in.RateLimit == nil && in.RateBurst == nil {
+		return badRequest("body", "nothing to update: give at least one of url, event_types, topic, description, rate_limit")
 	}
 	sub, err := a.subs.Update(r.Context(), id, in)
 	if err != nil {

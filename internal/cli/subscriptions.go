@@ -73,11 +73,12 @@ checked on every attempt, at connect time (see docs/webhooks.md, SSRF).`,
 
 func newSubCreateCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "create --url URL --event-types T[,T...] [--topic T] [--description D] [--since T]",
+		Use:   "create --url URL --event-types T[,T...] [--topic T] [--description D] [--since T] [--rate-limit N [--rate-burst B]]",
 		Short: "Create a subscription; prints its signing secret (the only time it is shown)",
 		Example: `  bridge subscriptions create --url https://crm.example.com/hooks --event-types 'asset.*'
   bridge subscriptions create --url https://billing.example.com/in --event-types order.paid,order.refunded --topic orders -o json
-  bridge subscriptions create --url https://search.example.com/in --event-types 'asset.*' --since 6h   # history first (as far back as RELAY_RETENTION)`,
+  bridge subscriptions create --url https://search.example.com/in --event-types 'asset.*' --since 6h   # history first (as far back as RELAY_RETENTION)
+  bridge subscriptions create --url https://small.example.com/in --event-types '*' --rate-limit 50   # at most 50 requests/s, all deliverers together`,
 		Args: cobra.NoArgs,
 	}
 	url := c.Flags().String("url", "", "endpoint URL (https; http only with WEBHOOK_ALLOW_HTTP=true)")
@@ -85,8 +86,12 @@ func newSubCreateCmd() *cobra.Command {
 	topic := c.Flags().String("topic", "", "only events from this topic (default: any topic)")
 	desc := c.Flags().String("description", "", "free text for operators")
 	since := c.Flags().String("since", "", "start with every retained matching event since this RFC 3339 time or duration ago (e.g. 6h), then the live ones")
+	rate := addRateFlags(c)
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		in := store.SubscriptionInput{EventTypes: trimAll(*types), Description: desc, Topic: topic}
+		if err := rate.set(cmd, &in); err != nil {
+			return err
+		}
 		if cmd.Flags().Changed("since") {
 			t, err := store.ParseSince(*since, time.Now())
 			if err != nil {
@@ -137,9 +142,9 @@ func newSubListCmd() *cobra.Command {
 					state = "disabled"
 				}
 				rows[i] = []string{s.ID, s.URL, strings.Join(s.EventTypes, ","), orDash(s.Topic), state,
-					strconv.Itoa(s.ConsecutiveFailures), s.Description}
+					strconv.Itoa(s.ConsecutiveFailures), rateText(&s), s.Description}
 			}
-			return printTable(cmd.OutOrStdout(), []string{"ID", "URL", "EVENT TYPES", "TOPIC", "STATE", "DEAD IN A ROW", "DESCRIPTION"}, rows)
+			return printTable(cmd.OutOrStdout(), []string{"ID", "URL", "EVENT TYPES", "TOPIC", "STATE", "DEAD IN A ROW", "RATE LIMIT", "DESCRIPTION"}, rows)
 		})
 	})
 	return c
@@ -190,10 +195,13 @@ func newSubShowCmd() *cobra.Command {
 func newSubUpdateCmd() *cobra.Command {
 	var url, topic, desc string
 	var types []string
-	c, _ := subIDCmd("update ID [--url URL] [--event-types T,...] [--topic T] [--description D]",
-		"Change a subscription's URL, event types, topic filter or description",
+	var rate rateFlags
+	c, _ := subIDCmd("update ID [--url URL] [--event-types T,...] [--topic T] [--description D] [--rate-limit N [--rate-burst B]]",
+		"Change a subscription's URL, event types, topic filter, description or rate limit",
 		`  bridge subscriptions update 3f0c6a52-… --event-types 'asset.*,order.*'
-  bridge subscriptions update 3f0c6a52-… --topic ''   # any topic again`,
+  bridge subscriptions update 3f0c6a52-… --topic ''   # any topic again
+  bridge subscriptions update 3f0c6a52-… --rate-limit 20 --rate-burst 5
+  bridge subscriptions update 3f0c6a52-… --rate-limit 0   # no limit again`,
 		func(cmd *cobra.Command, subs *store.SubscriptionStore, id string) (*store.Subscription, error) {
 			var in store.SubscriptionInput
 			f := cmd.Flags()
@@ -212,8 +220,11 @@ func newSubUpdateCmd() *cobra.Command {
 			if f.Changed("description") {
 				in.Description = &desc
 			}
-			if !f.Changed("url") && !f.Changed("event-types") && !f.Changed("topic") && !f.Changed("description") {
-				return nil, UsageErrorf("nothing to update: give --url, --event-types, --topic or --description")
+			if err := rate.set(cmd, &in); err != nil {
+				return nil, err
+			}
+			if !f.Changed("url") && !f.Changed("event-types") && !f.Changed("topic") && !f.Changed("description") && in.RateLimit == nil {
+				return nil, UsageErrorf("nothing to update: give --url, --event-types, --topic, --description or --rate-limit")
 			}
 			return subs.Update(cmd.Context(), id, in)
 		})
@@ -221,7 +232,33 @@ func newSubUpdateCmd() *cobra.Command {
 	c.Flags().StringSliceVar(&types, "event-types", nil, "new event types (replaces the list)")
 	c.Flags().StringVar(&topic, "topic", "", "new topic filter; empty: any topic")
 	c.Flags().StringVar(&desc, "description", "", "new description")
+	rate = *addRateFlags(c)
 	return c
+}
+
+// rateFlags are --rate-limit and --rate-burst, the same on create and update.
+type rateFlags struct{ limit, burst *int }
+
+func addRateFlags(c *cobra.Command) *rateFlags {
+	return &rateFlags{
+		limit: c.Flags().Int("rate-limit", 0, "at most this many requests per second, all deliverers together; 0: no limit"),
+		burst: c.Flags().Int("rate-burst", 0, "with --rate-limit: how many may start at once (default: a tenth of the limit, at least 1)"),
+	}
+}
+
+// set puts the flags given into in, checked by the store's rule (exit 2
+// naming the flag).
+func (r *rateFlags) set(cmd *cobra.Command, in *store.SubscriptionInput) error {
+	if cmd.Flags().Changed("rate-limit") {
+		in.RateLimit = r.limit
+	}
+	if cmd.Flags().Changed("rate-burst") {
+		in.RateBurst = r.burst
+	}
+	if err := in.CheckRate(); err != nil {
+		return UsageErrorf("--%s", err)
+	}
+	return nil
 }
 
 func newSubRotateCmd() *cobra.Command {
@@ -297,6 +334,7 @@ func printSubscription(w io.Writer, format string, s *store.Subscription) error 
 		{"description", orDash(s.Description)},
 		{"state", state},
 		{"dead in a row", strconv.Itoa(s.ConsecutiveFailures)},
+		{"rate limit", rateText(s)},
 		{"created", s.CreatedAt.UTC().Format(time.RFC3339)},
 	}
 	if h := s.History; h != nil {
@@ -325,6 +363,14 @@ func printSubscription(w io.Writer, format string, s *store.Subscription) error 
 		fmt.Fprintln(w, "\nStore the secret now: it is not shown again. Verify requests with it (docs/webhooks.md).")
 	}
 	return nil
+}
+
+// rateText is a subscription's rate limit as list and show print it.
+func rateText(s *store.Subscription) string {
+	if s.RateLimit == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/s (burst %d)", s.RateLimit, s.RateBurst)
 }
 
 func trimAll(xs []string) []string {

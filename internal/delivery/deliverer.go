@@ -339,6 +339,7 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		}
 		last = time.Now()
 		full, soon := false, false
+		var rateWait time.Duration
 		if d.capacity()-int(d.inFlight.Load()) <= 0 {
 			d.starved.Store(true) // whoever gives slots back wakes the loops
 		} else {
@@ -362,10 +363,15 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			}
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			began := time.Now()
-			claims, contended, err := d.store.ClaimShare(qctx, store.ClaimParams{
+			res, err := d.store.ClaimShare(qctx, store.ClaimParams{
 				ClaimedBy: d.cfg.ID, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
 				Loops: d.cfg.ClaimLoops, Loop: loop, Reserve: reserve,
 			})
+			claims, contended := res.Claims, res.Contended
+			// A rate-limited subscription out of tokens: nothing will poke
+			// this loop when its next token is due, so it sets a timer
+			// rather than waiting for the poll tick (or polling).
+			rateWait = res.RateWait
 			cancel()
 			if want > 0 {
 				d.stats.claims.Add(1)
@@ -414,15 +420,19 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		if full {
 			continue // there may be more; workers are busy now, so free will be 0 or small
 		}
-		var again <-chan time.Time
+		var again, due <-chan time.Time
 		if soon {
 			again = time.After(claimLinger << min(contendedEmpty-1, 4))
+		}
+		if rateWait > 0 {
+			due = time.After(rateWait)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
 		case <-again:
+		case <-due:
 		case <-ticker.C:
 		}
 	}

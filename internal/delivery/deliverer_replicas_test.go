@@ -16,8 +16,10 @@ import (
 
 // overlapReceiver records, per subscription (URL path), the most requests it
 // had at once, and counts requests that overlapped another of the same
-// (subscription, asset) stream or arrived out of stream order.
+// (subscription, asset) stream or arrived out of stream order. With at set
+// it also records when each request arrived, per subscription.
 type overlapReceiver struct {
+	at         map[string][]time.Time
 	mu         sync.Mutex
 	busySub    map[string]int
 	peakSub    map[string]int
@@ -29,6 +31,7 @@ type overlapReceiver struct {
 }
 
 func (o *overlapReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
 	body, _ := io.ReadAll(r.Body)
 	var env struct {
 		AssetID  string `json:"asset_id"`
@@ -37,6 +40,9 @@ func (o *overlapReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &env)
 	stream := r.URL.Path + "|" + env.AssetID
 	o.mu.Lock()
+	if o.at != nil {
+		o.at[r.URL.Path] = append(o.at[r.URL.Path], now)
+	}
 	o.busySub[r.URL.Path]++
 	o.peakSub[r.URL.Path] = max(o.peakSub[r.URL.Path], o.busySub[r.URL.Path])
 	o.busyStream[stream]++

@@ -54,7 +54,9 @@ func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, err
 		seqs[i], parts[i], offs[i] = a.Seq, a.Partition, a.Offset
 		lo, hi = min(lo, a.Seq), max(hi, a.Seq)
 	}
-	tag, err := db.Exec(ctx, markSentSQL, member, seqs, parts, offs, lo, hi)
+	// Planned afresh each time, like the claim (see Claim): a generic plan
+	// cached on an empty table hashes the batch against a scan of all of it.
+	tag, err := db.Exec(ctx, markSentSQL, pgx.QueryExecModeExec, member, seqs, parts, offs, lo, hi)
 	if err != nil {
 		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
 	}

@@ -53,8 +53,12 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	if err != nil {
 		return nil, false, err
 	}
+	took := time.Since(started)
 	if r.cfg.ClaimObserver != nil {
-		r.cfg.ClaimObserver(time.Since(started), len(claimed))
+		r.cfg.ClaimObserver(took, len(claimed))
+	}
+	if took > slowClaim {
+		r.wantStats() // a plan made on statistics that say "empty" is one cause
 	}
 	if fromFloor && len(claimed) > 0 {
 		// Nothing of these lanes is NEW below the lowest NEW row this
@@ -66,10 +70,15 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	if !more {
 		r.cursor = 0 // caught up: the next claim starts from the floor
 	} else {
+		r.wantStats() // a backlog: are the planner's statistics still true?
 		r.cursor = claimed[len(claimed)-1].Seq
 	}
 	return claimed, more, nil
 }
+
+// slowClaim: a claim slower than this makes the relay check the outbox's
+// planner statistics (a claim of 1,000 rows takes 2–20 ms on a sound plan).
+const slowClaim = 50 * time.Millisecond
 
 // lowerFloor makes the next claim scan from seq above at most: rows from
 // above+1 on may have become NEW below the floor. Safe from any goroutine.

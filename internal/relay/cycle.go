@@ -16,10 +16,10 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	started := time.Now()
 	claimed, more, err := r.claim(ctx, lanes, inflight)
 	if err != nil || len(claimed) == 0 {
-		return cycleResult{}, nil, err
+		return cycleResult{claimTook: time.Since(started)}, nil, err
 	}
 	claimedAt := time.Now()
-	res := cycleResult{claimed: len(claimed), more: more}
+	res := cycleResult{claimed: len(claimed), more: more, claimTook: claimedAt.Sub(started)}
 	if inflight != nil && len(inflight.unsettled) > 0 {
 		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.AssetKey()] })
 	}
@@ -41,6 +41,7 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 		toSend = append(toSend, i)
 	}
 	r.produce(ctx, rows, toSend, results)
+	res.produceTook = time.Since(claimedAt)
 	r.log.DebugContext(ctx, "relay cycle", "rows", len(rows), "claim", claimedAt.Sub(started), "produce", time.Since(claimedAt))
 	if r.testCrashAfterProduce != nil && r.testCrashAfterProduce() {
 		return res, nil, errSimulatedCrash

@@ -35,6 +35,18 @@ type laneKeeper struct {
 	// loop releases them between cycles, never under rows in flight.
 	surplus int
 	changed chan struct{}
+	// kick makes the upkeep tick at once: another replica announced a
+	// change of membership or released lanes (see announceSQL).
+	kick chan struct{}
+	// announce: the next tick tells the other replicas that this one is
+	// here (set when this replica's LISTEN on the lanes channel is in place,
+	// so it hears the lanes they release in answer).
+	announce bool
+	// dbMu serialises this replica's own statements over relay_lanes (the
+	// upkeep tick and the loop's releases run on different connections; a
+	// release and a renewal locking the same rows in different orders would
+	// deadlock, and PostgreSQL only breaks that after deadlock_timeout).
+	dbMu sync.Mutex
 	// renewedAt is when the last successful renewal was sent: the leases it
 	// renewed expire no earlier than a lease after it.
 	renewedAt time.Time
@@ -42,7 +54,7 @@ type laneKeeper struct {
 
 func newLaneKeeper(pool *pgxpool.Pool, memberID, hostname string, lease time.Duration, logger *slog.Logger) *laneKeeper {
 	return &laneKeeper{pool: pool, memberID: memberID, hostname: hostname, lease: lease, logger: logger,
-		owned: map[int]struct{}{}, changed: make(chan struct{}, 1)}
+		owned: map[int]struct{}{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // Owned returns the lanes held now, sorted.
@@ -61,6 +73,30 @@ func (k *laneKeeper) notify() {
 	select {
 	case k.changed <- struct{}{}:
 	default:
+	}
+}
+
+// kickNow makes the upkeep tick at once (coalescing with a pending kick).
+func (k *laneKeeper) kickNow() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// listening is called each time this replica's LISTEN on LanesChannel is in
+// place: it announces itself on the next tick, which it makes at once.
+func (k *laneKeeper) listening() {
+	k.mu.Lock()
+	k.announce = true
+	k.mu.Unlock()
+	k.kickNow()
+}
+
+// heard is called for each notification on LanesChannel.
+func (k *laneKeeper) heard(from string) {
+	if from != k.memberID {
+		k.kickNow()
 	}
 }
 
@@ -109,17 +145,33 @@ const releaseLanesSQL = `
 UPDATE bridge.relay_lanes SET owner = NULL, expires_at = '-infinity'
 WHERE owner = $1 AND lane = ANY($2::int[])`
 
-// Claim and mark -------------------------------------------------------------
+// LanesChannel is where replicas announce changes of lane ownership, with
+// their member id as the payload: a replica that joined (once it listens),
+// released surplus lanes, or stopped. Every replica ticks at once when it
+// hears another: the one with too many lanes gives some back, the one with
+// too few takes the free ones. Without it a lane released for a joining
+// replica sat unowned — its rows waiting — until that replica's next tick
+// (up to a fifth of the lease, 3 s by default), and a replica that joined
+// waited for the others' ticks to be handed anything: the replicas' sum fell
+// below one replica's rate. The fence is unchanged: a lane is only taken
+// while free or expired, and only given back with none of its rows in
+// flight. A lost notification costs only the delay: the ticker still runs.
+const LanesChannel = "bridge_relay_lanes"
 
-// claimSQL returns the next NEW rows of the lanes this replica holds, in seq
-// order. No row lock is needed: a lane has one owner, and only the owner's
-// single relay loop claims from it.
-//
+const announceSQL = `SELECT pg_notify('` + LanesChannel + `', $1)`
+
+func (k *laneKeeper) announceChange(ctx context.Context, what string) {
+	if _, err := k.pool.Exec(ctx, announceSQL, k.memberID); err != nil {
+		k.logger.WarnContext(ctx, "announce lane change to other replicas", "change", what, "error", err)
+	}
+}
 
 // tick renews, then rebalances toward this replica's fair share.
 func (k *laneKeeper) tick(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.lease)
 	defer cancel()
+	k.dbMu.Lock()
+	defer k.dbMu.Unlock()
 	if _, err := k.pool.Exec(ctx, heartbeatMemberSQL, k.memberID, k.hostname, interval(k.lease)); err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
@@ -180,7 +232,14 @@ func (k *laneKeeper) tick(ctx context.Context) error {
 	k.renewedAt = renewing
 	k.surplus = max(0, len(renewed)-target)
 	surplus := k.surplus
+	announce := k.announce
+	k.announce = false
 	k.mu.Unlock()
+	if announce {
+		// After the heartbeat above: a replica that hears this counts this
+		// one among the members.
+		k.announceChange(ctx, "joined")
+	}
 	if lost > 0 {
 		k.logger.WarnContext(ctx, "lost lane leases (expired before renewal)", "lanes_lost", lost)
 	}
@@ -209,6 +268,11 @@ func (k *laneKeeper) hasSurplus() bool {
 // releaseSurplus hands back lanes above the fair share. Called by the relay
 // loop between cycles, when none of this replica's rows are in flight.
 func (k *laneKeeper) releaseSurplus(ctx context.Context) {
+	// Held from the choice to the release: a tick in between would renew
+	// the chosen lanes and put them back in owned after they were released,
+	// and the claims' fence would refuse every lane set until the next tick.
+	k.dbMu.Lock()
+	defer k.dbMu.Unlock()
 	k.mu.Lock()
 	n := k.surplus
 	if n == 0 {
@@ -230,16 +294,22 @@ func (k *laneKeeper) releaseSurplus(ctx context.Context) {
 		k.logger.WarnContext(ctx, "release surplus lanes", "error", err)
 		return
 	}
+	k.announceChange(ctx, "released")
 	k.logger.InfoContext(ctx, "released lanes to other replicas", "lanes", give)
 }
 
 // releaseAll gives every lane back and deregisters (graceful shutdown), so
 // the other replicas take over at once rather than after the lease timeout.
 func (k *laneKeeper) releaseAll(ctx context.Context) {
+	k.dbMu.Lock()
+	defer k.dbMu.Unlock()
 	owned := k.Owned()
 	k.mu.Lock()
 	k.owned = map[int]struct{}{}
 	k.mu.Unlock()
+	// Deregistered before the announcement: the replicas that hear it count
+	// one member less and take their larger share of the lanes.
+	defer k.announceChange(ctx, "stopped")
 	if len(owned) > 0 {
 		if _, err := k.pool.Exec(ctx, releaseLanesSQL, k.memberID, owned); err != nil {
 			k.logger.WarnContext(ctx, "release lanes on shutdown", "error", err)

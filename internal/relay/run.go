@@ -50,6 +50,13 @@ type Relay struct {
 	// outage) are retried without charging the rows.
 	noChargeUntil time.Time
 
+	// statsWanted asks refreshStats to check the outbox's planner
+	// statistics (a claim found a backlog); statsCheckedAt is when it last
+	// did (refreshStats only).
+	statsWanted    chan struct{}
+	statsCheckedAt time.Time
+	statsWarned    bool
+
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
 	// lanes: a process crash at the worst moment, for tests.
@@ -69,6 +76,8 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		lanes:  newLaneKeeper(pool, cfg.MemberID, host, cfg.LeaseTimeout, cfg.Logger),
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
+
+		statsWanted: make(chan struct{}, 1),
 	}
 	r.lowered.Store(math.MaxInt64)
 	return r
@@ -102,8 +111,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	wg.Add(3)
+	wg.Add(5)
+	go func() { defer wg.Done(); r.refreshStats(bgCtx) }()
 	go func() { defer wg.Done(); r.keepLanes(bgCtx) }()
+	go func() { defer wg.Done(); r.listenLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listen(bgCtx, wake) }()
 	go func() { defer wg.Done(); r.retain(bgCtx) }()
 
@@ -136,14 +147,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		owned := r.lanes.Owned()
 		full := false
 		if len(owned) > 0 {
+			cycleStarted := time.Now()
 			res, next, err := r.cycle(work, owned, inflight)
 			if errors.Is(err, errSimulatedCrash) {
 				return err
 			}
+			prev, waitStarted := inflight, time.Now()
 			settle()
+			r.reportSlowCycle(ctx, cycleStarted, waitStarted, res, prev)
 			if next != nil {
 				inflight = next
-				go func(s *settlement) { s.err = s.write(work, r); close(s.done) }(next)
+				go func(s *settlement) {
+					started := time.Now()
+					s.err = s.write(work, r)
+					s.took = time.Since(started)
+					close(s.done)
+				}(next)
 			}
 			switch {
 			case err != nil:
@@ -198,7 +217,19 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 
 func (r *Relay) keepLanes(ctx context.Context) {
 	// Renew well within the lease so one slow round trip does not lose it.
-	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log}, r.lanes.tick)
+	service.Every(ctx, service.Loop{Name: "lane lease upkeep", Interval: max(r.cfg.LeaseTimeout/5, 100*time.Millisecond), Logger: r.log,
+		Kick: r.lanes.kick}, r.lanes.tick)
+}
+
+// listenLanes makes the upkeep tick as soon as another replica announces a
+// change of lanes (see LanesChannel), and announces this one once it can
+// hear the answers.
+func (r *Relay) listenLanes(ctx context.Context) {
+	service.Listen(ctx, service.Listener{
+		Pool: r.pool, Channel: LanesChannel, Logger: r.log,
+		Connected: r.lanes.listening,
+		Notified:  r.lanes.heard,
+	}, make(chan struct{}, 1)) // the kicks go through Connected/Notified
 }
 
 // listen wakes the loop on NOTIFY bridge_outbox (sent by a trigger at
@@ -223,6 +254,64 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 			r.lowerFloor(seq - 1)
 		},
 	}, wake)
+}
+
+// statsCheckEvery: how often at most a backlog makes refreshStats look at
+// the outbox's statistics (one catalog lookup).
+const statsCheckEvery = 10 * time.Second
+
+// wantStats asks refreshStats for a look at the statistics; called by the
+// claim when it found a backlog (a full batch). Never blocks.
+func (r *Relay) wantStats() {
+	select {
+	case r.statsWanted <- struct{}{}:
+	default:
+	}
+}
+
+// refreshStats ANALYZEs bridge.outbox when a backlog meets statistics that
+// no longer describe the table (see outboxstore's stats.go): a burst into a
+// table analyzed while idle got ~200 ms claims, for up to a minute, until
+// autovacuum's next round. Off the relay loop: the loop goes on claiming
+// meanwhile, and the claims are replanned once the statistics change.
+func (r *Relay) refreshStats(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.statsWanted:
+		}
+		if time.Since(r.statsCheckedAt) < statsCheckEvery {
+			continue
+		}
+		r.statsCheckedAt = time.Now()
+		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
+		switch {
+		case err != nil:
+			if !service.Stopping(ctx, err) {
+				r.log.WarnContext(ctx, "check bridge.outbox statistics", "error", err)
+			}
+		case !st.Stale:
+		case !st.CanAnalyze:
+			if !r.statsWarned {
+				r.statsWarned = true
+				r.log.WarnContext(ctx, "bridge.outbox's planner statistics are stale and this role may not ANALYZE it: claims may be slow until autovacuum analyzes it (ANALYZE bridge.outbox as its owner, or lower its autovacuum_analyze_scale_factor)",
+					"rows_in_statistics", st.Rows)
+			}
+		default:
+			started := time.Now()
+			if err := outboxstore.AnalyzeOutbox(qctx, r.pool); err != nil {
+				if !service.Stopping(ctx, err) {
+					r.log.WarnContext(ctx, "refresh stale bridge.outbox statistics", "error", err)
+				}
+				break
+			}
+			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
+				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
+		}
+		cancel()
+	}
 }
 
 // retain deletes SENT rows past the retention in bounded batches.
@@ -267,8 +356,35 @@ func (r *Relay) waitForBroker(ctx context.Context) bool {
 	}
 }
 
+// slowCycle: a cycle that takes longer is logged with its phases. At 5,000
+// events/s a cycle takes a few milliseconds; one that takes seconds shows as
+// the p99 of commit→ack, and without the phases there is no telling whether
+// PostgreSQL (claim, mark), the broker (produce) or the lease was waiting.
+const slowCycle = 500 * time.Millisecond
+
+// reportSlowCycle warns about a cycle slower than slowCycle: from its start
+// to the end of the wait for the previous batch's settlement (the loop claims
+// the next batch only after that).
+func (r *Relay) reportSlowCycle(ctx context.Context, started, waitStarted time.Time, res cycleResult, prev *settlement) {
+	took := time.Since(started)
+	if took < slowCycle {
+		return
+	}
+	attrs := []any{"took", took.Round(time.Millisecond), "rows", res.claimed,
+		"claim", res.claimTook.Round(time.Millisecond), "produce_until_acked", res.produceTook.Round(time.Millisecond),
+		"waited_for_previous_marks", time.Since(waitStarted).Round(time.Millisecond),
+		"since_lease_renewal", r.lanes.sinceRenewed().Round(time.Millisecond)}
+	if prev != nil {
+		attrs = append(attrs, "previous_marks_took", prev.took.Round(time.Millisecond), "previous_rows", len(prev.rows))
+	}
+	r.log.WarnContext(ctx, "slow relay cycle", attrs...)
+}
+
 type cycleResult struct {
 	claimed int
+	// claimTook and produceTook are the claim statement and produce until
+	// the last ack (zero when the step did not run).
+	claimTook, produceTook time.Duration
 	more    bool // the claim left rows behind (batch limit or byte budget)
 	outage  bool
 }

@@ -40,6 +40,7 @@ type settlement struct {
 	unsettled map[string]bool
 	done      chan struct{}
 	err       error
+	took      time.Duration // writing it (valid once done is closed)
 }
 
 // write records the outcomes. Marks are fenced by the lane lease.

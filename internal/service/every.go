@@ -25,6 +25,12 @@ type Loop struct {
 	Immediate bool
 	// Logger receives one warning per failed run. Nil: discard.
 	Logger *slog.Logger
+	// Kick, if set, runs the job at once when it receives, between the
+	// ticks (someone else changed what the job acts on and waiting out the
+	// interval would leave it stale). Kicks that arrive during a run make
+	// one more run after it, not one each: make the channel buffered
+	// (capacity 1) and send without blocking.
+	Kick <-chan struct{}
 }
 
 // Every runs job every l.Interval until ctx ends, and returns then. A failed
@@ -59,6 +65,8 @@ func Every(ctx context.Context, l Loop, job func(context.Context) error) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			run()
+		case <-l.Kick: // nil: never
 			run()
 		}
 	}

@@ -335,11 +335,21 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 		}
 	}()
 
+	// What the database did meanwhile, with times, to set beside the relay's
+	// "slow relay cycle" warnings and the slow acks below: a stall that
+	// coincides with a checkpoint or an autovacuum of the outbox says where
+	// to look.
+	sampler.Add(1)
+	go func() { defer sampler.Done(); watchDatabase(ctx, pool, sampleDone, progress) }()
+
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d events per transaction)", o.Rate, o.Duration, o.Writers, o.TxEvents))
 	start := time.Now()
 	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
 	close(sampleDone)
 	sampler.Wait()
+	for _, e := range lat.slowEpisodes(slowAck) {
+		progress(e)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -394,4 +404,95 @@ func deadTuples(ctx context.Context, pool *pgxpool.Pool) int64 {
 	var n int64
 	_ = pool.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = 'bridge.outbox'::regclass`).Scan(&n)
 	return n
+}
+
+// slowAck: commit→ack above it is reported as part of an episode (the run's
+// p99 target is 50 ms; an episode is what a stall looks like from outside).
+const slowAck = 200 * time.Millisecond
+
+// slowEpisodes describes the runs of acks slower than limit, by ack time
+// (acks less than a second apart belong to one episode).
+func (l *latencies) slowEpisodes(limit time.Duration) []string {
+	l.mu.Lock()
+	var slow []sample
+	for _, s := range l.samples {
+		if float64(s.ms) > float64(limit.Milliseconds()) {
+			slow = append(slow, s)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(slow, func(a, b sample) int { return a.at.Compare(b.at) })
+	var out []string
+	for i := 0; i < len(slow); {
+		j, worst := i, slow[i].ms
+		for j+1 < len(slow) && slow[j+1].at.Sub(slow[j].at) < time.Second {
+			j++
+			worst = max(worst, slow[j].ms)
+		}
+		out = append(out, fmt.Sprintf("slow acks: %d over %s acked %s–%s UTC, worst %.0f ms (committed ~%s)", j-i+1, limit,
+			slow[i].at.UTC().Format("15:04:05.000"), slow[j].at.UTC().Format("15:04:05.000"), worst,
+			slow[i].at.Add(-time.Duration(float64(worst)*float64(time.Millisecond))).UTC().Format("15:04:05.000")))
+		i = j + 1
+	}
+	return out
+}
+
+// watchDatabase reports, once a second until done, autovacuum workers that
+// start or finish on this database's tables and checkpoints that complete.
+func watchDatabase(ctx context.Context, pool *pgxpool.Pool, done <-chan struct{}, progress func(string)) {
+	const workersSQL = `SELECT pid, query, query_start FROM pg_stat_activity
+WHERE backend_type = 'autovacuum worker' AND datname = current_database()`
+	const checkpointsSQL = `SELECT checkpoints_timed + checkpoints_req, checkpoint_write_time, checkpoint_sync_time FROM pg_stat_bgwriter`
+	type worker struct {
+		query string
+		since time.Time
+	}
+	running := map[int]worker{}
+	var ckpts int64 = -1
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	stamp := func() string { return time.Now().UTC().Format("15:04:05") }
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		seen := map[int]bool{}
+		rows, err := pool.Query(ctx, workersSQL)
+		if err == nil {
+			for rows.Next() {
+				var pid int
+				var q string
+				var since *time.Time
+				if rows.Scan(&pid, &q, &since) != nil {
+					continue
+				}
+				seen[pid] = true
+				if _, ok := running[pid]; !ok {
+					w := worker{query: q}
+					if since != nil {
+						w.since = *since
+					}
+					running[pid] = w
+					progress(fmt.Sprintf("%s database: %s (started %s)", stamp(), q, w.since.UTC().Format("15:04:05.000")))
+				}
+			}
+			rows.Close()
+		}
+		for pid, w := range running {
+			if !seen[pid] {
+				delete(running, pid)
+				progress(fmt.Sprintf("%s database: finished within a second: %s (%.1f s)", stamp(), w.query, time.Since(w.since).Seconds()))
+			}
+		}
+		var n int64
+		var write, sync float64
+		if pool.QueryRow(ctx, checkpointsSQL).Scan(&n, &write, &sync) == nil {
+			if ckpts >= 0 && n != ckpts {
+				progress(fmt.Sprintf("%s database: checkpoint completed (cluster totals so far: write %.1f s, sync %.1f s)", stamp(), write/1000, sync/1000))
+			}
+			ckpts = n
+		}
+	}
 }

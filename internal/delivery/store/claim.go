@@ -51,14 +51,44 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('
 // order). A hash collision only makes two subscriptions share a lock.
 // A subscription whose history is still being copied is not served (see
 // history.go: its history must go out before what was queued live).
+//
+// Rate limits (migration 00110): for each locked subscription with a
+// rate_limit, rated refills its token bucket to now() — rate_limit tokens a
+// second since rate_refilled_at, at most rate_burst — and locks its row,
+// which claimSQL then debits by what it hands out. The bucket is shared by
+// every replica because it is only ever moved under the subscription lock:
+// two claims of one subscription never overlap, so none reads a bucket
+// another is about to debit. The row lock is taken here, in id order (as
+// completeSQL takes subscription rows) and while the claim holds nothing
+// but advisory locks: taken by claimSQL's debit instead, after it has
+// locked delivery and stream rows, it would wait on an outcome or a delete
+// holding the subscription row while that one waits on those rows. now()
+// is the transaction's time, the same in both statements; elapsed time is
+// never negative and rate_refilled_at never moves back (a claim whose
+// transaction began before the previous claim of the subscription
+// committed must not refill the same interval twice). Unlimited
+// subscriptions are neither locked nor written.
 const claimSubscriptionsSQL = `
 WITH c AS (
-  SELECT s.id, CASE WHEN s.enabled AND (s.history_since IS NULL OR s.history_done_at IS NOT NULL)
-                         AND mod(abs(hashtext(s.id::text)), $1) = $2
-                    THEN pg_try_advisory_xact_lock(7411005, hashtext(s.id::text)) END AS locked
+  SELECT s.id, s.rate_limit > 0 AS limited,
+         CASE WHEN s.enabled AND (s.history_since IS NULL OR s.history_done_at IS NOT NULL)
+                   AND mod(abs(hashtext(s.id::text)), $1) = $2
+              THEN pg_try_advisory_xact_lock(7411005, hashtext(s.id::text)) END AS locked
   FROM bridge.subscriptions s
+),
+rated AS (
+  SELECT s.id, s.rate_limit,
+         least(s.rate_burst::float8, s.rate_tokens + s.rate_limit *
+               greatest(0, extract(epoch FROM now() - s.rate_refilled_at)::float8)) AS tokens
+  FROM bridge.subscriptions s
+  WHERE s.id IN (SELECT id FROM c WHERE locked AND limited) AND s.rate_limit > 0
+  ORDER BY s.id
+  FOR NO KEY UPDATE OF s
 )
-SELECT coalesce(array_agg(id ORDER BY id) FILTER (WHERE locked), '{}'), count(*) FILTER (WHERE NOT locked)
+SELECT coalesce(array_agg(id ORDER BY id) FILTER (WHERE locked), '{}'), count(*) FILTER (WHERE NOT locked),
+       (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM rated),
+       (SELECT coalesce(array_agg(tokens ORDER BY id), '{}') FROM rated),
+       (SELECT coalesce(array_agg(rate_limit ORDER BY id), '{}') FROM rated)
 FROM c`
 const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 
@@ -148,27 +178,40 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 //
 // The attempt is charged here, at claim: a worker killed mid-request has
 // still sent it.
+//
+// Rate limits: a rate-limited subscription takes at most its whole tokens
+// ($7 ids, $8 their buckets, refilled and locked by claimSubscriptionsSQL)
+// and rated debits one per delivery claimed, so a token is spent exactly
+// when an attempt is charged. Waiting for tokens is no attempt: nothing is
+// claimed, nothing is charged, no backoff is scheduled. One that became
+// limited after claimSubscriptionsSQL ran (not in $7) takes nothing this
+// time. The others are not affected (take = free).
 const claimSQL = `
 WITH subs AS MATERIALIZED (
-  SELECT s.id,
-         greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
-                                WHERE g.subscription_id = s.id AND g.status = 'delivering'))::int AS free
-  FROM bridge.subscriptions s
-  WHERE s.id = ANY($5::uuid[]) AND s.enabled
+  SELECT f.id, f.free,
+         CASE WHEN f.rate_limit > 0 THEN least(f.free, coalesce(floor(r.tokens)::int, 0)) ELSE f.free END AS take
+  FROM (
+    SELECT s.id, s.rate_limit,
+           greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
+                                  WHERE g.subscription_id = s.id AND g.status = 'delivering'))::int AS free
+    FROM bridge.subscriptions s
+    WHERE s.id = ANY($5::uuid[]) AND s.enabled
+  ) f
+  LEFT JOIN unnest($7::uuid[], $8::float8[]) AS r(id, tokens) ON r.id = f.id
 ),
 ready AS (
-  SELECT r.subscription_id, r.asset_key, r.gen, subs.free
+  SELECT r.subscription_id, r.asset_key, r.gen, subs.take
   FROM subs
   CROSS JOIN LATERAL (
     SELECT st.subscription_id, st.asset_key, st.gen
     FROM bridge.delivery_streams st
     WHERE st.subscription_id = subs.id AND st.ready_at <= now()
     ORDER BY st.ready_at
-    LIMIT least($3::int, subs.free) + ($2::int - subs.free) + 8
+    LIMIT least($3::int, subs.take) + ($2::int - subs.free) + 8
   ) r
 ),
 heads AS (
-  SELECT r.subscription_id, r.asset_key, r.gen, r.free, h.id, h.seq, h.status, h.next_attempt_at, h.payload_bytes,
+  SELECT r.subscription_id, r.asset_key, r.gen, r.take, h.id, h.seq, h.status, h.next_attempt_at, h.payload_bytes,
          CASE WHEN h.status = 'pending'
               THEN coalesce((SELECT 1 FROM bridge.deliveries f
                              WHERE f.subscription_id = r.subscription_id
@@ -191,11 +234,11 @@ picked AS (
   SELECT id FROM (
     SELECT id, payload_bytes, sum(payload_bytes) OVER (ORDER BY turn, seq) AS running
     FROM (
-      SELECT id, seq, free, payload_bytes, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
+      SELECT id, seq, take, payload_bytes, row_number() OVER (PARTITION BY subscription_id ORDER BY seq) AS turn
       FROM heads
       WHERE status = 'pending' AND next_attempt_at <= now() AND NOT busy
     ) c
-    WHERE turn <= free
+    WHERE turn <= take
     ORDER BY turn, seq
     LIMIT $3
   ) b
@@ -232,6 +275,13 @@ parked AS (
   UPDATE bridge.delivery_streams st SET ready_at = p.ready_at
   FROM to_park p
   WHERE st.subscription_id = p.subscription_id AND st.asset_key = p.asset_key
+),
+rated AS (
+  UPDATE bridge.subscriptions s
+  SET rate_tokens = r.tokens - k.n, rate_refilled_at = greatest(s.rate_refilled_at, now())
+  FROM unnest($7::uuid[], $8::float8[]) AS r(id, tokens),
+       (SELECT subscription_id, count(*) AS n FROM claimed GROUP BY subscription_id) k
+  WHERE s.id = r.id AND k.subscription_id = r.id
 )
 SELECT c.id, c.seq, c.subscription_id::text AS subscription_id, c.event_id, c.event_type, c.topic, c.asset_id, c.asset_seq,
        c.payload::text AS payload, c.event_created_at, coalesce(c.traceparent, '') AS traceparent,
@@ -336,16 +386,31 @@ type ClaimParams struct {
 // snapshot is taken after it), and revive takes it exclusively: a revive
 // waits for the claims running, and the claims after it all see it.
 func (s *DeliveryStore) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
-	out, _, err := s.ClaimShare(ctx, p)
-	return out, err
+	out, err := s.ClaimShare(ctx, p)
+	return out.Claims, err
 }
 
-// ClaimShare is Claim, also reporting how many subscriptions of the share
-// were skipped because another claim was serving them (try again soon).
-func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) ([]Claim, int, error) {
-	var out []Claim
-	var subs []string
-	var contended int
+// ClaimResult is what one claim of a share found.
+type ClaimResult struct {
+	Claims []Claim
+	// Contended counts the subscriptions of the share skipped because
+	// another claim was serving them (try again soon).
+	Contended int
+	// RateWait, when not zero, is how long until a rate-limited
+	// subscription that this claim left without a whole token gets its next
+	// one: the claimer should look again then. Its deliveries wait in the
+	// database meanwhile, so an engine that would otherwise sleep until its
+	// poll tick (or poll in a loop) wakes when there is something to send.
+	RateWait time.Duration
+}
+
+// ClaimShare is Claim for share p.Loop of p.Loops, also reporting the
+// contention and the rate limits it met.
+func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimResult, error) {
+	var res ClaimResult
+	var subs, rated []string
+	var tokens []float64
+	var rates []int32
 	loops := max(p.Loops, 1)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		// The locks and the subscriptions in one round trip: they are two
@@ -353,7 +418,9 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) ([]Claim,
 		// waits for the scheduler on a busy machine.
 		b := &pgx.Batch{}
 		b.Queue(claimLockSQL)
-		b.Queue(claimSubscriptionsSQL, loops, p.Loop).QueryRow(func(row pgx.Row) error { return row.Scan(&subs, &contended) })
+		b.Queue(claimSubscriptionsSQL, loops, p.Loop).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&subs, &res.Contended, &rated, &tokens, &rates)
+		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -369,20 +436,53 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) ([]Claim,
 		if budget <= 0 {
 			budget = math.MaxInt64
 		}
-		rows, err := tx.Query(ctx, claimSQL, p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget)
+		rows, err := tx.Query(ctx, claimSQL, p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget, rated, tokens)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
+		res.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
 		return err
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim deliveries: %w", err)
+		return ClaimResult{}, fmt.Errorf("claim deliveries: %w", err)
 	}
-	for i := range out {
-		if out[i].Secrets, err = openSecrets(s.keys, out[i].SubscriptionID, out[i].Secrets); err != nil {
-			out[i].SecretsErr = err
+	for i := range res.Claims {
+		if res.Claims[i].Secrets, err = openSecrets(s.keys, res.Claims[i].SubscriptionID, res.Claims[i].Secrets); err != nil {
+			res.Claims[i].SecretsErr = err
 		}
 	}
-	return out, contended, nil
+	res.RateWait = rateWait(res.Claims, rated, tokens, rates)
+	return res, nil
+}
+
+// rateWait is ClaimResult.RateWait: the soonest next whole token of the
+// rate-limited subscriptions that took every whole token they had (tokens
+// as claimSubscriptionsSQL refilled them, rates their rate_limit). One that
+// took fewer than it could was not held back by its limit (no backlog, its
+// in-flight cap, the claim's size): what frees it is an outcome or a new
+// delivery, which wake the claimer anyway. So an idle limited subscription
+// costs at most one extra claim, when its last token comes back.
+func rateWait(claims []Claim, rated []string, tokens []float64, rates []int32) time.Duration {
+	if len(rated) == 0 {
+		return 0
+	}
+	took := map[string]int{}
+	for _, c := range claims {
+		took[c.SubscriptionID]++
+	}
+	var soonest time.Duration
+	for i, id := range rated {
+		n := float64(took[id])
+		if n < math.Floor(tokens[i]) || rates[i] <= 0 {
+			continue
+		}
+		// After the claim the bucket holds tokens-n (< 1); it refills by
+		// rates[i] a second.
+		wait := time.Duration((1 - (tokens[i] - n)) / float64(rates[i]) * float64(time.Second))
+		wait = max(wait, time.Millisecond) // the bucket's float rounding must not make a busy loop
+		if soonest == 0 || wait < soonest {
+			soonest = wait
+		}
+	}
+	return soonest
 }

@@ -127,20 +127,20 @@ func TestClaimSkipsASubscriptionAnotherClaimIsServing(t *testing.T) {
 	}
 	var held []string
 	var contended int
-	if err := tx.QueryRow(ctx, claimSubscriptionsSQL, 1, 0).Scan(&held, &contended); err != nil || len(held) != 1 || contended != 0 {
+	if err := tx.QueryRow(ctx, claimSubscriptionsSQL, 1, 0).Scan(&held, &contended, nil, nil, nil); err != nil || len(held) != 1 || contended != 0 {
 		t.Fatalf("first claim holds %v (contended %d, %v); want the subscription", held, contended, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cs, contended, err := b.store.ClaimShare(cctx, ClaimParams{ClaimedBy: "other", Limit: 10, MaxInFlight: 3, Lease: time.Minute})
-	if err != nil || len(cs) != 0 || contended != 1 {
-		t.Fatalf("second claim = %d rows, contended %d, %v; want 0 rows, contended 1, no wait", len(cs), contended, err)
+	res, err := b.store.ClaimShare(cctx, ClaimParams{ClaimedBy: "other", Limit: 10, MaxInFlight: 3, Lease: time.Minute})
+	if err != nil || len(res.Claims) != 0 || res.Contended != 1 {
+		t.Fatalf("second claim = %d rows, contended %d, %v; want 0 rows, contended 1, no wait", len(res.Claims), res.Contended, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cs, contended, err = b.store.ClaimShare(ctx, ClaimParams{ClaimedBy: "other", Limit: 10, MaxInFlight: 3, Lease: time.Minute})
-	if err != nil || len(cs) != 3 || contended != 0 {
-		t.Fatalf("claim after the first ended = %d rows, contended %d, %v; want 3 (the cap)", len(cs), contended, err)
+	res, err = b.store.ClaimShare(ctx, ClaimParams{ClaimedBy: "other", Limit: 10, MaxInFlight: 3, Lease: time.Minute})
+	if err != nil || len(res.Claims) != 3 || res.Contended != 0 {
+		t.Fatalf("claim after the first ended = %d rows, contended %d, %v; want 3 (the cap)", len(res.Claims), res.Contended, err)
 	}
 }

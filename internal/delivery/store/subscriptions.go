@@ -26,11 +26,11 @@ import (
 // returns a subscription ends with it.
 var subscriptionColumns = `s.id::text AS id, s.url, s.description, s.event_types, coalesce(s.topic, '') AS topic, s.enabled,
        coalesce(s.disabled_reason, '') AS disabled_reason, s.disabled_at, s.consecutive_failures, s.created_at, s.updated_at,
-       ` + historyColumn
+       s.rate_limit, s.rate_burst, ` + historyColumn
 
 var insertSubscriptionSQL = `
-INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic, history_since)
-VALUES ($1, $2, $3, nullif($4, ''), $5)
+INSERT INTO bridge.subscriptions AS s (url, description, event_types, topic, history_since, rate_limit, rate_burst, rate_tokens)
+VALUES ($1, $2, $3, nullif($4, ''), $5, $6::int, $7::int, $7::int)
 RETURNING ` + subscriptionColumns
 
 var getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s WHERE s.id = $1`
@@ -38,13 +38,18 @@ var getSubscriptionSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscri
 var listSubscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM bridge.subscriptions s ORDER BY s.created_at, s.id`
 
 // updateSubscriptionSQL changes only the fields whose parameter is not NULL;
-// $5 is the topic and $6 says whether to set it (an empty topic clears the filter).
+// $5 is the topic and $6 says whether to set it (an empty topic clears the
+// filter). A new rate limit ($7, burst $8) starts with a full bucket.
 var updateSubscriptionSQL = `
 UPDATE bridge.subscriptions s SET
   url = coalesce($2, s.url),
   description = coalesce($3, s.description),
   event_types = coalesce($4, s.event_types),
   topic = CASE WHEN $6::boolean THEN nullif($5, '') ELSE s.topic END,
+  rate_limit = coalesce($7::int, s.rate_limit),
+  rate_burst = coalesce($8::int, s.rate_burst),
+  rate_tokens = CASE WHEN $7::int IS NULL THEN s.rate_tokens ELSE $8::int END,
+  rate_refilled_at = CASE WHEN $7::int IS NULL THEN s.rate_refilled_at ELSE now() END,
   updated_at = now()
 WHERE s.id = $1
 RETURNING ` + subscriptionColumns
@@ -87,6 +92,10 @@ type Subscription struct {
 	ConsecutiveFailures int        `json:"consecutive_failures" db:"consecutive_failures"`
 	CreatedAt           time.Time  `json:"created_at" db:"created_at"`
 	UpdatedAt           time.Time  `json:"updated_at" db:"updated_at"`
+	// RateLimit is requests per second across every deliverer (0:
+	// unlimited), RateBurst how many may start at once (see RateInput).
+	RateLimit int `json:"rate_limit,omitempty" db:"rate_limit"`
+	RateBurst int `json:"rate_burst,omitempty" db:"rate_burst"`
 	// History is the backfill `create --since` asked for (nil: none).
 	History *History     `json:"history,omitempty" db:"history"`
 	Secret  string       `json:"secret,omitempty" db:"-"`
@@ -144,6 +153,63 @@ type SubscriptionInput struct {
 	// Since (create only): start with every retained matching event since
 	// then (history), before the live ones. nil: live events only.
 	Since *time.Time
+	// RateLimit: requests per second (0: unlimited; nil: unchanged);
+	// RateBurst: the bucket's size, only with RateLimit (nil: the default,
+	// DefaultRateBurst).
+	RateLimit, RateBurst *int
+}
+
+// Bounds of a rate limit. Above MaxRateLimit a limit protects nobody (one
+// deliverer does not send that many to one endpoint), and a burst above
+// MaxRateBurst is a typo: it would let a backlog out all at once.
+const (
+	MaxRateLimit = 100_000
+	MaxRateBurst = 100_000
+)
+
+// DefaultRateBurst is the burst of a rate limit given without one: a tenth
+// of a second's worth, at least 1. A burst of a whole second (rate) would
+// let twice the limit through in the first second after a pause, which is
+// not what "no more than N a second" means to a subscriber; a burst of 1
+// would make every token its own claim, which caps a high limit below
+// itself.
+func DefaultRateBurst(rate int) int { return max(1, (rate+9)/10) }
+
+// CheckRate checks in's rate limit and burst, naming the field (the CLI
+// checks its flags with it before connecting).
+func (in SubscriptionInput) CheckRate() error {
+	_, _, err := in.rate()
+	return err
+}
+
+// rate resolves in's rate limit to the values stored (limit, burst), nil
+// when it does not change; it checks them, naming the flag.
+func (in SubscriptionInput) rate() (limit, burst *int, err error) {
+	if in.RateLimit == nil {
+		if in.RateBurst != nil {
+			return nil, nil, &ValidationError{Field: "rate-burst", Problem: "needs a rate limit given with it (the burst is part of the limit)"}
+		}
+		return nil, nil, nil
+	}
+	l := *in.RateLimit
+	if l < 0 || l > MaxRateLimit {
+		return nil, nil, &ValidationError{Field: "rate-limit", Value: strconv.Itoa(l),
+			Problem: fmt.Sprintf("must be from 1 to %d requests per second, or 0 for no limit", MaxRateLimit)}
+	}
+	b := 0
+	switch {
+	case l == 0 && in.RateBurst != nil && *in.RateBurst != 0:
+		return nil, nil, &ValidationError{Field: "rate-burst", Value: strconv.Itoa(*in.RateBurst), Problem: "needs a rate limit above 0"}
+	case l == 0:
+	case in.RateBurst == nil:
+		b = DefaultRateBurst(l)
+	case *in.RateBurst < 1 || *in.RateBurst > MaxRateBurst:
+		return nil, nil, &ValidationError{Field: "rate-burst", Value: strconv.Itoa(*in.RateBurst),
+			Problem: fmt.Sprintf("must be from 1 to %d requests", MaxRateBurst)}
+	default:
+		b = *in.RateBurst
+	}
+	return &l, &b, nil
 }
 
 // ValidateURL accepts an absolute http(s) URL with a host; http only when
@@ -248,7 +314,7 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 	if in.Since != nil && !create {
 		return &ValidationError{Field: "since", Problem: "can only be given when the subscription is created"}
 	}
-	return nil
+	return in.CheckRate()
 }
 
 // querySubscription runs a statement that returns one subscription.
@@ -267,6 +333,10 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 		return nil, err
 	}
 	secret := NewSecret()
+	limit, burst, _ := in.rate()
+	if limit == nil {
+		limit, burst = new(int), new(int)
+	}
 	var sub *Subscription
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
@@ -275,7 +345,8 @@ func (s *SubscriptionStore) Create(ctx context.Context, in SubscriptionInput) (*
 				return err
 			}
 		}
-		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic), in.Since)
+		sub, err = querySubscription(ctx, tx, insertSubscriptionSQL, *in.URL, deref(in.Description), in.EventTypes, deref(in.Topic), in.Since,
+			*limit, *burst)
 		if err != nil {
 			return err
 		}
@@ -326,7 +397,9 @@ func (s *SubscriptionStore) Update(ctx context.Context, id string, in Subscripti
 	if in.EventTypes != nil {
 		eventTypes = in.EventTypes
 	}
-	sub, err := querySubscription(ctx, s.db, updateSubscriptionSQL, id, in.URL, in.Description, eventTypes, deref(in.Topic), in.Topic != nil)
+	limit, burst, _ := in.rate()
+	sub, err := querySubscription(ctx, s.db, updateSubscriptionSQL, id, in.URL, in.Description, eventTypes, deref(in.Topic), in.Topic != nil,
+		limit, burst)
 	if err != nil {
 		return nil, notFound("subscription", id, err)
 	}

@@ -1,0 +1,67 @@
+package outboxstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/pgtest"
+)
+
+// A relay idling on an empty outbox claims from it again and again; a
+// prepared claim then gets a generic plan made for an empty table, in which
+// each predecessor lookup is a sequential scan. When a burst lands, the first
+// claim of 1,000 rows scanned the 100,000-row table once per asset: 15–24 s
+// (the relay's lanes sat still meanwhile). The claim is planned for the table
+// as it is on each execution; here it must take well under a second. The
+// bound is loose on purpose (a slow CI machine): the failure is 15 s.
+func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// Earlier events of every asset (sent and deleted by retention), so the
+	// burst's rows have predecessors to look up; then statistics of an empty
+	// table, as an idle outbox has them.
+	if err := BenchFill(ctx, conn, 1000, "t", 1000, 300); err != nil {
+		t.Fatal(err)
+	}
+	exec(`DELETE FROM bridge.outbox`)
+	exec(`VACUUM ANALYZE bridge.outbox`)
+	exec(`UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '10 min'`)
+	lanes := make([]int, 64)
+	for i := range lanes {
+		lanes[i] = i
+	}
+	p := ClaimParams{Member: "m", Lanes: lanes, Margin: 15 * time.Second, Limit: 1000, MaxPayloadBytes: 1 << 20, BatchBytes: 16 << 20}
+	for range 8 { // past PostgreSQL's 5 custom plans before a generic one
+		if got, _, err := Claim(ctx, conn, p); err != nil || len(got) != 0 {
+			t.Fatalf("claim on the empty table: %d rows, %v", len(got), err)
+		}
+	}
+	if err := BenchFill(ctx, conn, 100000, "t", 1000, 300); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	got, _, err := Claim(ctx, conn, p)
+	took := time.Since(started)
+	if err != nil || len(got) != 1000 {
+		t.Fatalf("claim after the burst: %d rows, %v", len(got), err)
+	}
+	if took > time.Second {
+		t.Fatalf("claim of 1,000 rows after a 100,000-row burst took %s, want well under a second", took.Round(time.Millisecond))
+	}
+	t.Logf("claim after the burst: %s", took.Round(time.Millisecond))
+}
