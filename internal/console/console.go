@@ -319,28 +319,28 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /ui/login", c.loginPage)
 	c.mux.HandleFunc("POST /ui/login", c.login)
 	c.mux.HandleFunc("POST /ui/logout", c.logout)
-	c.mux.HandleFunc("GET /ui/{$}", c.overview)
-	c.mux.HandleFunc("GET /ui/overview/live", c.overviewLive)
-	c.mux.HandleFunc("GET /ui/outbox", c.outboxList)
-	c.mux.HandleFunc("GET /ui/outbox/replay", c.outboxReplayConfirm)
-	c.mux.HandleFunc("POST /ui/outbox/replay", c.outboxReplay)
-	c.mux.HandleFunc("GET /ui/outbox/{id}", c.outboxRow)
-	c.mux.HandleFunc("GET /ui/outbox/{id}/status", c.outboxRowStatus)
-	c.mux.HandleFunc("GET /ui/subscriptions", c.subscriptionList)
-	c.mux.HandleFunc("POST /ui/subscriptions", c.subscriptionCreate)
-	c.mux.HandleFunc("GET /ui/subscriptions/{id}", c.subscriptionPage)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/edit", c.subscriptionEdit)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/rotate", c.subscriptionRotate)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/enable", c.subscriptionEnable)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/disable", c.subscriptionDisable)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/delete", c.subscriptionDelete)
-	c.mux.HandleFunc("POST /ui/subscriptions/{id}/test", c.subscriptionTest)
-	c.mux.HandleFunc("GET /ui/deliveries", c.deliveryList)
-	c.mux.HandleFunc("GET /ui/deliveries/revive", c.reviveConfirm)
-	c.mux.HandleFunc("POST /ui/deliveries/revive", c.revive)
-	c.mux.HandleFunc("GET /ui/deliveries/{id}", c.deliveryPage)
-	c.mux.HandleFunc("GET /ui/streams", c.streamPage)
-	c.mux.HandleFunc("GET /ui/trace/{id}", c.tracePage)
+	c.mux.HandleFunc("GET /ui/{$}", c.page(c.overview))
+	c.mux.HandleFunc("GET /ui/overview/live", c.page(c.overviewLive))
+	c.mux.HandleFunc("GET /ui/outbox", c.page(c.outboxList))
+	c.mux.HandleFunc("GET /ui/outbox/replay", c.page(c.outboxReplayConfirm))
+	c.mux.HandleFunc("POST /ui/outbox/replay", c.page(c.outboxReplay))
+	c.mux.HandleFunc("GET /ui/outbox/{id}", c.page(c.outboxRow))
+	c.mux.HandleFunc("GET /ui/outbox/{id}/status", c.page(c.outboxRowStatus))
+	c.mux.HandleFunc("GET /ui/subscriptions", c.page(c.subscriptionList))
+	c.mux.HandleFunc("POST /ui/subscriptions", c.page(c.subscriptionCreate))
+	c.mux.HandleFunc("GET /ui/subscriptions/{id}", c.page(c.subscriptionPage))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/edit", c.page(c.subscriptionEdit))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/rotate", c.page(c.subscriptionRotate))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/enable", c.page(c.subscriptionEnable))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/disable", c.page(c.subscriptionDisable))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/delete", c.page(c.subscriptionDelete))
+	c.mux.HandleFunc("POST /ui/subscriptions/{id}/test", c.page(c.subscriptionTest))
+	c.mux.HandleFunc("GET /ui/deliveries", c.page(c.deliveryList))
+	c.mux.HandleFunc("GET /ui/deliveries/revive", c.page(c.reviveConfirm))
+	c.mux.HandleFunc("POST /ui/deliveries/revive", c.page(c.revive))
+	c.mux.HandleFunc("GET /ui/deliveries/{id}", c.page(c.deliveryPage))
+	c.mux.HandleFunc("GET /ui/streams", c.page(c.streamPage))
+	c.mux.HandleFunc("GET /ui/trace/{id}", c.page(c.tracePage))
 	c.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, http.StatusNotFound, "There is no console page at "+r.URL.Path+".")
 	})
@@ -386,11 +386,37 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 	c.render(w, r, status, "error", "Error", map[string]any{"Message": msg, "Status": status})
 }
 
-// fail answers a store error: a validation error or an unknown id is the
-// operator's (4xx, shown), anything else is logged and shown as internal.
+// page adapts a page handler that returns its failure instead of answering
+// it: fail answers it, so no handler can write an error page and then go on
+// (the admin API's handlers work the same way).
+func (c *Console) page(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			c.fail(w, r, err)
+		}
+	}
+}
+
+// statusError is a failure a handler already knows how to answer: this
+// status, with this message for the operator.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func errorStatus(status int, msg string) error { return &statusError{status: status, msg: msg} }
+
+// fail answers a handler's error: one it gave a status to, a validation
+// error or an unknown id is the operator's (4xx, shown), anything else is
+// logged and shown as internal.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *store.ValidationError
+	var se *statusError
 	switch {
+	case errors.As(err, &se):
+		c.errorPage(w, r, se.status, se.msg)
 	case errors.As(err, &ve):
 		c.errorPage(w, r, http.StatusBadRequest, ve.Error())
 	case errors.Is(err, store.ErrNotFound):

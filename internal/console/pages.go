@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
@@ -43,13 +44,15 @@ func (c *Console) overviewData(r *http.Request) map[string]any {
 	}
 }
 
-func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	c.render(w, r, http.StatusOK, "overview", "Overview", c.overviewData(r))
+	return nil
 }
 
-func (c *Console) overviewLive(w http.ResponseWriter, r *http.Request) {
+func (c *Console) overviewLive(w http.ResponseWriter, r *http.Request) error {
 	r.Header.Set("HX-Request", "true")
 	c.render(w, r, http.StatusOK, "overview", "Overview", c.overviewData(r))
+	return nil
 }
 
 // Outbox ---------------------------------------------------------------------
@@ -100,29 +103,25 @@ func filterValues(q url.Values, keys ...string) url.Values {
 
 var failedKeys = []string{"topic", "asset", "event_type", "error", "from", "to"}
 
-func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
+func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f, err := failedFilter(q)
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, err.Error())
-		return
+		return errorStatus(http.StatusBadRequest, err.Error())
 	}
 	var after int64
 	if a := q.Get("after"); a != "" {
 		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
-			c.errorPage(w, r, http.StatusBadRequest, "after is not a position from a previous page")
-			return
+			return errorStatus(http.StatusBadRequest, "after is not a position from a previous page")
 		}
 	}
 	rows, err := outboxstore.ListFailedMatching(r.Context(), c.pool, f, pageSize+1, after)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	total, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	var next string
 	if len(rows) > pageSize {
@@ -134,25 +133,25 @@ func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) {
 		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
 		"After": after > 0,
 	})
+	return nil
 }
 
 // outboxReplayConfirm asks before replaying every row matching the filter,
 // with the count.
-func (c *Console) outboxReplayConfirm(w http.ResponseWriter, r *http.Request) {
+func (c *Console) outboxReplayConfirm(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f, err := failedFilter(q)
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, err.Error())
-		return
+		return errorStatus(http.StatusBadRequest, err.Error())
 	}
 	n, err := outboxstore.CountFailedMatching(r.Context(), c.pool, f)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{
 		"All": true, "Count": n, "Q": filterValues(q, failedKeys...), "F": q,
 	})
+	return nil
 }
 
 func parseRowIDs(vals []string) ([]uuid.UUID, error) {
@@ -172,56 +171,43 @@ func parseRowIDs(vals []string) ([]uuid.UUID, error) {
 
 // outboxReplay replays the selected rows (id=…, after a confirmation page
 // naming how many) or all that match the filter (all=1, confirmed).
-func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) {
+func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 	s := sessionFrom(r.Context())
 	confirmed := r.PostFormValue("confirmed") == "1"
 	if r.PostFormValue("all") == "1" {
 		f, err := failedFilter(r.PostForm)
 		if err != nil {
-			c.errorPage(w, r, http.StatusBadRequest, err.Error())
-			return
+			return errorStatus(http.StatusBadRequest, err.Error())
 		}
 		if !confirmed {
 			http.Redirect(w, r, "/ui/outbox/replay?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
-			return
+			return nil
 		}
 		n, err := outboxstore.ReplayFailedMatching(r.Context(), c.pool, f)
 		if err != nil {
-			c.fail(w, r, err)
-			return
+			return err
 		}
 		c.setFlash(s, fmt.Sprintf("Replayed %d FAILED rows: they are NEW again and the relay sends them in their original order.", n))
 		http.Redirect(w, r, "/ui/outbox?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
-		return
+		return nil
 	}
 	ids, err := parseRowIDs(r.PostForm["id"])
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, err.Error())
-		return
+		return errorStatus(http.StatusBadRequest, err.Error())
 	}
 	if len(ids) == 0 {
-		c.errorPage(w, r, http.StatusBadRequest, "No rows selected: tick the rows to replay, or use “Replay all that match”.")
-		return
+		return errorStatus(http.StatusBadRequest, "No rows selected: tick the rows to replay, or use “Replay all that match”.")
 	}
 	if !confirmed {
 		c.render(w, r, http.StatusOK, "outbox_confirm", "Replay", map[string]any{"IDs": r.PostForm["id"], "Count": len(ids), "Back": r.PostFormValue("back")})
-		return
+		return nil
 	}
 	replayed, skipped, err := outboxstore.ReplayIDs(r.Context(), c.pool, ids)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
-	msg := fmt.Sprintf("Replayed %d of %d selected rows.", len(replayed), len(ids))
-	for _, sk := range skipped {
-		msg += fmt.Sprintf(" Not replayed: %s %s.", sk.ID, sk.Reason)
-	}
-	c.setFlash(s, msg)
-	if len(ids) == 1 {
-		http.Redirect(w, r, "/ui/outbox/"+ids[0].String(), http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, "/ui/outbox", http.StatusSeeOther)
+	return selectionDone(c, w, r, s, "Replayed", "rows", len(replayed), len(ids), skipped,
+		"/ui/outbox/"+ids[0].String(), "/ui/outbox")
 }
 
 func (c *Console) outboxRowOf(w http.ResponseWriter, r *http.Request, withPayload bool) *outboxstore.Row {
@@ -242,37 +228,37 @@ func (c *Console) outboxRowOf(w http.ResponseWriter, r *http.Request, withPayloa
 	return row
 }
 
-func (c *Console) outboxRow(w http.ResponseWriter, r *http.Request) {
+func (c *Console) outboxRow(w http.ResponseWriter, r *http.Request) error {
 	withPayload := r.URL.Query().Get("payload") == "1"
 	row := c.outboxRowOf(w, r, withPayload)
 	if row == nil {
-		return
+		return nil
 	}
 	c.render(w, r, http.StatusOK, "outbox_row", "Outbox row", map[string]any{"Row": row, "ShowPayload": withPayload, "TraceID": row.TraceID()})
+	return nil
 }
 
 // outboxRowStatus is the detail page's live status (htmx polls it).
-func (c *Console) outboxRowStatus(w http.ResponseWriter, r *http.Request) {
+func (c *Console) outboxRowStatus(w http.ResponseWriter, r *http.Request) error {
 	row := c.outboxRowOf(w, r, false)
 	if row == nil {
-		return
+		return nil
 	}
 	r.Header.Set("HX-Request", "true")
 	c.render(w, r, http.StatusOK, "outbox_row", "Outbox row", map[string]any{"Row": row})
+	return nil
 }
 
 // Subscriptions ---------------------------------------------------------------
 
-func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) error {
 	subs, err := c.subs.List(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	health, err := c.health(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	rows := make([]subRow, 0, len(subs))
 	for _, s := range subs {
@@ -280,6 +266,7 @@ func (c *Console) subscriptionList(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, subRow{Sub: s, Health: health[s.ID]})
 	}
 	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", map[string]any{"Subs": rows, "RatesAt": c.sampler.ratesRead()})
+	return nil
 }
 
 // splitTypes reads an event-types field: comma- or space-separated.
@@ -303,115 +290,111 @@ func formInput(r *http.Request) store.SubscriptionInput {
 	return in
 }
 
-func (c *Console) subscriptionCreate(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionCreate(w http.ResponseWriter, r *http.Request) error {
 	in := formInput(r)
 	if v := strings.TrimSpace(r.PostFormValue("since")); v != "" {
 		t, err := store.ParseSince(v, time.Now())
 		if err != nil {
-			c.fail(w, r, err)
-			return
+			return err
 		}
 		in.Since = &t
 	}
 	sub, err := c.subs.Create(r.Context(), in)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	// Rendered, not redirected: the secret is in this answer only, never in
 	// a URL, a flash message or a later page.
 	c.render(w, r, http.StatusCreated, "subscription_secret", "Subscription created", map[string]any{"Sub": sub, "Created": true})
+	return nil
 }
 
-func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) error {
 	sub, err := c.subs.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	sub.Secret = ""
 	health, err := c.health(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
 		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
 		"RatesAt": c.sampler.ratesRead(),
 	})
+	return nil
 }
 
-func (c *Console) subscriptionEdit(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionEdit(w http.ResponseWriter, r *http.Request) error {
 	if _, err := c.subs.Update(r.Context(), r.PathValue("id"), formInput(r)); err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.setFlash(sessionFrom(r.Context()), "Saved.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+	return nil
 }
 
-func (c *Console) subscriptionRotate(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionRotate(w http.ResponseWriter, r *http.Request) error {
 	sub, err := c.subs.RotateSecret(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.render(w, r, http.StatusOK, "subscription_secret", "Secret rotated", map[string]any{"Sub": sub, "Grace": c.cfg.SecretGrace})
+	return nil
 }
 
-func (c *Console) subscriptionEnable(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionEnable(w http.ResponseWriter, r *http.Request) error {
 	if _, err := c.subs.Enable(r.Context(), r.PathValue("id")); err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.setFlash(sessionFrom(r.Context()), "Enabled: deliveries resume, the failure count is back to 0.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+	return nil
 }
 
-func (c *Console) subscriptionDisable(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionDisable(w http.ResponseWriter, r *http.Request) error {
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if _, err := c.subs.Disable(r.Context(), r.PathValue("id"), reason); err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.setFlash(sessionFrom(r.Context()), "Disabled: queued deliveries wait, new events are not queued for it.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
+	return nil
 }
 
-func (c *Console) subscriptionDelete(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionDelete(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	sub, err := c.subs.Get(r.Context(), id)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	if strings.TrimSpace(r.PostFormValue("confirm")) != sub.ID[:8] {
-		c.errorPage(w, r, http.StatusBadRequest, "Not deleted: type the first 8 characters of the subscription id ("+sub.ID[:8]+") to confirm.")
-		return
+		return errorStatus(http.StatusBadRequest, "Not deleted: type the first 8 characters of the subscription id ("+sub.ID[:8]+") to confirm.")
 	}
 	if err := c.subs.Delete(r.Context(), id); err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.setFlash(sessionFrom(r.Context()), "Deleted subscription "+sub.ID+" ("+sub.URL+") with its deliveries and log.")
 	http.Redirect(w, r, "/ui/subscriptions", http.StatusSeeOther)
+	return nil
 }
 
-func (c *Console) subscriptionTest(w http.ResponseWriter, r *http.Request) {
+func (c *Console) subscriptionTest(w http.ResponseWriter, r *http.Request) error {
 	did, err := c.deliveries.SendTest(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Test event queued as delivery %d (event type %s).", did, store.TestEventType))
 	http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(did, 10), http.StatusSeeOther)
+	return nil
 }
 
 // Deliveries -----------------------------------------------------------------
 
 var deliveryKeys = []string{"subscription", "status", "asset", "event_type", "from", "to"}
 
-func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
+func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := store.ListParams{SubscriptionID: q.Get("subscription"), Status: q.Get("status"), EventType: strings.TrimSpace(q.Get("event_type")),
 		Limit: pageSize, After: q.Get("after")}
@@ -424,18 +407,15 @@ func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
 		p.CreatedTo, err = parseTime("to", q.Get("to"))
 	}
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, err.Error())
-		return
+		return errorStatus(http.StatusBadRequest, err.Error())
 	}
 	page, err := c.deliveries.List(r.Context(), p)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	subs, err := c.subs.List(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	urls := map[string]string{}
 	for _, s := range subs {
@@ -446,35 +426,31 @@ func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) {
 		"F":        map[string]string{"subscription": q.Get("subscription"), "status": q.Get("status"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "from": q.Get("from"), "to": q.Get("to")},
 		"Statuses": []string{store.StatusPending, store.StatusDelivering, store.StatusDelivered, store.StatusDead},
 	})
+	return nil
 }
 
-func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) {
+func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", r.PathValue("id")))
-		return
+		return errorStatus(http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", r.PathValue("id")))
 	}
 	d, err := c.deliveries.Get(r.Context(), id)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	attempts, err := c.deliveries.Attempts(r.Context(), id)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	tp, err := c.deliveries.Traceparent(r.Context(), id)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	data := map[string]any{"D": d, "Attempts": attempts, "TraceID": jaegerquery.TraceIDOf(tp)}
 	if r.URL.Query().Get("payload") == "1" {
 		p, err := c.deliveries.Payload(r.Context(), id)
 		if err != nil {
-			c.fail(w, r, err)
-			return
+			return err
 		}
 		data["Payload"] = string(p)
 	}
@@ -482,107 +458,110 @@ func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) {
 		data["URL"] = sub.URL
 	}
 	c.render(w, r, http.StatusOK, "delivery", "Delivery", data)
+	return nil
 }
 
 // reviveConfirm asks before reviving every dead delivery of a subscription,
 // with the count.
-func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) {
+func (c *Console) reviveConfirm(w http.ResponseWriter, r *http.Request) error {
 	sub, err := c.subs.Get(r.Context(), r.URL.Query().Get("subscription"))
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	health, err := c.health(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"Sub": sub, "Count": health[sub.ID].Dead})
+	return nil
 }
 
-func (c *Console) revive(w http.ResponseWriter, r *http.Request) {
+func (c *Console) revive(w http.ResponseWriter, r *http.Request) error {
 	s := sessionFrom(r.Context())
 	confirmed := r.PostFormValue("confirmed") == "1"
 	if subID := r.PostFormValue("subscription"); subID != "" {
 		if !confirmed {
 			http.Redirect(w, r, "/ui/deliveries/revive?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
-			return
+			return nil
 		}
 		if _, err := c.subs.Get(r.Context(), subID); err != nil {
-			c.fail(w, r, err)
-			return
+			return err
 		}
 		revived, err := c.deliveries.ReviveSubscription(r.Context(), subID)
 		if err != nil {
-			c.fail(w, r, err)
-			return
+			return err
 		}
 		c.setFlash(s, fmt.Sprintf("Revived %d dead deliveries: pending again, with a fresh retry budget, in their original order.", len(revived)))
 		http.Redirect(w, r, "/ui/deliveries?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
-		return
+		return nil
 	}
 	vals := r.PostForm["id"]
 	if len(vals) == 0 {
-		c.errorPage(w, r, http.StatusBadRequest, "No deliveries selected: tick the dead deliveries to revive.")
-		return
+		return errorStatus(http.StatusBadRequest, "No deliveries selected: tick the dead deliveries to revive.")
 	}
 	if len(vals) > maxSelected {
-		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%d deliveries selected; at most %d at once", len(vals), maxSelected))
-		return
+		return errorStatus(http.StatusBadRequest, fmt.Sprintf("%d deliveries selected; at most %d at once", len(vals), maxSelected))
 	}
 	ids := make([]int64, 0, len(vals))
 	for _, v := range vals {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || id < 1 {
-			c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", v))
-			return
+			return errorStatus(http.StatusBadRequest, fmt.Sprintf("%q is not a delivery id", v))
 		}
 		ids = append(ids, id)
 	}
 	if !confirmed {
 		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
-		return
+		return nil
 	}
 	revived, notRevived, err := c.deliveries.Revive(r.Context(), ids)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
-	msg := fmt.Sprintf("Revived %d of %d selected deliveries.", len(revived), len(ids))
-	for _, n := range notRevived {
-		msg += fmt.Sprintf(" Not revived: %d %s.", n.ID, n.Reason)
-	}
-	c.setFlash(s, msg)
-	if len(ids) == 1 {
-		http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(ids[0], 10), http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, "/ui/deliveries?status=pending", http.StatusSeeOther)
+	return selectionDone(c, w, r, s, "Revived", "deliveries", len(revived), len(ids), notRevived,
+		"/ui/deliveries/"+strconv.FormatInt(ids[0], 10), "/ui/deliveries?status=pending")
 }
 
-func (c *Console) streamPage(w http.ResponseWriter, r *http.Request) {
+// selectionDone tells the operator what became of the rows they selected —
+// how many verb acted on ("Revived 2 of 3 selected deliveries.") and each
+// one left alone, with the reason — and then shows that row when only one
+// was selected (onePage), else listPage.
+func selectionDone[ID any](c *Console, w http.ResponseWriter, r *http.Request, s *session, verb, rows string, done, selected int,
+	left []statement.LeftAlone[ID], onePage, listPage string) error {
+	msg := fmt.Sprintf("%s %d of %d selected %s.", verb, done, selected, rows)
+	for _, l := range left {
+		msg += fmt.Sprintf(" Not %s: %v %s.", strings.ToLower(verb), l.ID, l.Reason)
+	}
+	c.setFlash(s, msg)
+	target := listPage
+	if selected == 1 {
+		target = onePage
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+	return nil
+}
+
+func (c *Console) streamPage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	sub, err := c.subs.Get(r.Context(), q.Get("subscription"))
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	asset := q.Get("asset")
 	ds, open, err := c.deliveries.Stream(r.Context(), sub.ID, asset, pageSize)
 	if err != nil {
-		c.fail(w, r, err)
-		return
+		return err
 	}
 	c.render(w, r, http.StatusOK, "stream", "Stream", map[string]any{"Sub": sub, "Asset": asset, "Open": open, "Rows": ds})
+	return nil
 }
 
 // Traces ---------------------------------------------------------------------
 
-func (c *Console) tracePage(w http.ResponseWriter, r *http.Request) {
+func (c *Console) tracePage(w http.ResponseWriter, r *http.Request) error {
 	id := strings.ToLower(r.PathValue("id"))
 	if !jaegerquery.ValidTraceID(id) {
-		c.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a trace id (32 hex digits)", id))
-		return
+		return errorStatus(http.StatusBadRequest, fmt.Sprintf("%q is not a trace id (32 hex digits)", id))
 	}
 	data := map[string]any{"ID": id}
 	if c.cfg.JaegerUIURL != "" {
@@ -606,4 +585,5 @@ func (c *Console) tracePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, status, "trace", "Trace", data)
+	return nil
 }

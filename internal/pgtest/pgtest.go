@@ -59,10 +59,7 @@ func New(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminURL())
-	if err != nil {
-		testkit.Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
-	}
+	admin := adminConn(ctx, t)
 	defer admin.Close(context.Background())
 	tpl, err := ensureTemplate(ctx, admin)
 	if err != nil {
@@ -81,12 +78,32 @@ func New(t testing.TB) *DB {
 	if err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
+	return connect(ctx, t, name, 20)
+}
+
+// adminConn connects to the server as the tests' administrator, or fails
+// (CI) / skips the test when PostgreSQL is not there.
+func adminConn(ctx context.Context, t testing.TB) *pgx.Conn {
+	t.Helper()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		testkit.Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
+	}
+	return admin
+}
+
+// connect opens a pool of at most maxConns (0: pgxpool's default) on the
+// test database name and drops the database when t ends.
+func connect(ctx context.Context, t testing.TB, name string, maxConns int32) *DB {
+	t.Helper()
 	dbURL := withDatabase(AdminURL(), name)
 	pcfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatalf("parse test database URL: %v", err)
 	}
-	pcfg.MaxConns = 20
+	if maxConns > 0 {
+		pcfg.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		t.Fatalf("connect test database: %v", err)
@@ -137,30 +154,13 @@ func Empty(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminURL())
-	if err != nil {
-		testkit.Unavailable(t, "PostgreSQL at "+config.RedactURL(AdminURL()), "`make services` (scripts/services-up.sh)", err)
-	}
+	admin := adminConn(ctx, t)
 	defer admin.Close(context.Background())
 	name := fmt.Sprintf("bt_empty_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, counter.Add(1))
 	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
 		t.Fatalf("create empty database: %v", err)
 	}
-	dbURL := withDatabase(AdminURL(), name)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, AdminURL()); err == nil {
-			_, _ = c.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
-			c.Close(ctx)
-		}
-	})
-	return &DB{Pool: pool, URL: dbURL, Name: name}
+	return connect(ctx, t, name, 0)
 }
 
 func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
