@@ -420,8 +420,8 @@ type Webhook struct {
 	SecretGrace time.Duration `env:"WEBHOOK_SECRET_GRACE" envDefault:"24h"`
 	// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: deliveries of one subscription
 	// in flight at once (sending, or waiting for their outcome to be
-	// written). Default 32.
-	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"32"`
+	// written). Default 64.
+	MaxInFlightPerSubscription int `env:"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION" envDefault:"64"`
 	// WEBHOOK_WORKERS: concurrent HTTP requests in total. Default 128.
 	Workers int `env:"WEBHOOK_WORKERS" envDefault:"128"`
 	// WEBHOOK_CLAIM_LOOPS: claim statements one deliverer may run at once,

@@ -283,7 +283,7 @@ func TestLoadDefaults(t *testing.T) {
 		"WEBHOOK_LEASE":                          60 * time.Second,
 		"WEBHOOK_ALLOW_HTTP":                     false,
 		"WEBHOOK_SECRET_GRACE":                   24 * time.Hour,
-		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 32,
+		"WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 64,
 		"WEBHOOK_WORKERS":                        128,
 		"WEBHOOK_CLAIM_LOOPS":                    4,
 		"WEBHOOK_CLAIM_BYTES":                    16777216,

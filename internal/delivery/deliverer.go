@@ -185,7 +185,9 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	recorder.Go(func() { d.recordLoop(results.delivered) })
+	for range successRecorders {
+		recorder.Go(func() { d.recordLoop(results.delivered) })
+	}
 	recorder.Go(func() { d.recordLoop(results.retries) })
 	loops.Go(func() {
 		notified := make(chan struct{}, 1)
@@ -587,6 +589,14 @@ func (d *Deliverer) sendLending(ctx context.Context, c *store.Claim) result {
 	}
 	return res
 }
+
+// successRecorders write successes side by side: one recorder wrote a
+// batch of 22–30 outcomes every 6–9 ms under bench pipeline's load, busy
+// nearly all the time, and a delivery counts against its subscription's
+// cap until its outcome is written. Their batches never touch the same
+// delivery, and take subscription rows in id order and stream rows with
+// SKIP LOCKED, so they do not wait on each other.
+const successRecorders = 2
 
 // maxRecordBatch bounds one outcome transaction.
 const maxRecordBatch = 512

@@ -107,7 +107,11 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // locked row's status (EvalPlanQual) and drops it.
 //
 // "Nothing in flight" (busy) matters for a revived row, which reopens in front
-// of a stream whose later row may be in flight right now.
+// of a stream whose later row may be in flight right now. It is probed only
+// for a pending head: a head in flight is busy by itself, and the streams in
+// flight sit at the front of their subscription's queue (ready_at moves at
+// their outcome), so with a cap of 128 most of a claim's window was streams
+// in flight, each probed twice.
 //
 // Which streams to look at comes from bridge.delivery_streams: only those whose ready_at has come, per enabled subscription oldest
 // first, at most what the subscription can take plus what it has in flight
@@ -208,11 +212,13 @@ ready AS (
 ),
 heads AS (
   SELECT r.subscription_id, r.asset_key, r.gen, r.take, h.id, h.seq, h.status, h.next_attempt_at, h.payload_bytes,
-         coalesce((SELECT 1 FROM bridge.deliveries f
-                   WHERE f.subscription_id = r.subscription_id
-                     AND coalesce(f.asset_id, '') = r.asset_key
-                     AND f.status = 'delivering'
-                   LIMIT 1), 0) = 1 AS busy
+         CASE WHEN h.status = 'pending'
+              THEN coalesce((SELECT 1 FROM bridge.deliveries f
+                             WHERE f.subscription_id = r.subscription_id
+                               AND coalesce(f.asset_id, '') = r.asset_key
+                               AND f.status = 'delivering'
+                             LIMIT 1), 0) = 1
+              ELSE true END AS busy
   FROM ready r
   LEFT JOIN LATERAL (
     SELECT d.id, d.seq, d.status, d.next_attempt_at, d.payload_bytes
