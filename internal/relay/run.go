@@ -406,6 +406,6 @@ type cycleResult struct {
 	// claimTook and produceTook are the claim statement and produce until
 	// the last ack (zero when the step did not run).
 	claimTook, produceTook time.Duration
-	more    bool // the claim left rows behind (batch limit or byte budget)
-	outage  bool
+	more                   bool // the claim left rows behind (batch limit or byte budget)
+	outage                 bool
 }
