@@ -116,8 +116,6 @@ const liveMembersSQL = `SELECT count(*) FROM bridge.relay_members WHERE expires_
 
 const removeMemberSQL = `DELETE FROM bridge.relay_members WHERE member_id = $1`
 
-const pruneMembersSQL = `DELETE FROM bridge.relay_members WHERE expires_at < now() - interval '1 hour'`
-
 // renewLanesSQL extends the leases this replica still holds. A lease that
 // already expired is not renewed: another replica may have taken the lane, and
 // this replica must treat it as lost (it can re-acquire it as a free lane).

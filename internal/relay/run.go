@@ -303,7 +303,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
 		if err == nil {
-			r.freshPlans.Store(st.Stale || st.Rows < freshPlansBelow)
+			r.planFreshWhile(st)
 		}
 		switch {
 		case err != nil:
@@ -328,11 +328,18 @@ func (r *Relay) refreshStats(ctx context.Context) {
 			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
 				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
 			if now, err := outboxstore.ReadOutboxStats(qctx, r.pool); err == nil {
-				r.freshPlans.Store(now.Stale || now.Rows < freshPlansBelow)
+				r.planFreshWhile(now)
 			}
 		}
 		cancel()
 	}
+}
+
+// planFreshWhile decides, from the statistics just read, whether claims are
+// planned on each execution: while the statistics are stale or describe a
+// small table, a generic plan is the one that scans a burst once per asset.
+func (r *Relay) planFreshWhile(st outboxstore.OutboxStats) {
+	r.freshPlans.Store(st.Stale || st.Rows < freshPlansBelow)
 }
 
 // retain deletes SENT rows past the retention in bounded batches.
