@@ -63,24 +63,35 @@ type partitionSet struct {
 	owned map[int32]bool
 }
 
-func (s *partitionSet) opts() []kgo.Opt {
-	set := func(m map[string][]int32, v bool) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, ps := range m {
-			for _, p := range ps {
-				if v {
-					s.owned[p] = true
-				} else {
-					delete(s.owned, p)
-				}
+// mark records partitions as assigned (v) or taken away.
+func (s *partitionSet) mark(m map[string][]int32, v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ps := range m {
+		for _, p := range ps {
+			if v {
+				s.owned[p] = true
+			} else {
+				delete(s.owned, p)
 			}
 		}
 	}
+}
+
+// opts keeps the set up to date from the group's callbacks. onRevoked, when
+// given, runs after a revocation is recorded: a second kgo.OnPartitionsRevoked
+// would replace the set's (kgo keeps the last), and the set would keep
+// partitions it lost in the first rebalance.
+func (s *partitionSet) opts(onRevoked ...func()) []kgo.Opt {
 	return []kgo.Opt{
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.mark(m, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.mark(m, false)
+			for _, f := range onRevoked {
+				f()
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.mark(m, false) }),
 	}
 }
 
@@ -294,7 +305,7 @@ func TestStaticMemberRestartKeepsItsPartitionsWithoutARebalance(t *testing.T) {
 	b.subscribe(t, []string{"*"}, nil, true)
 	var revokedFromY atomic.Int64
 	y := &partitionSet{owned: map[int32]bool{}}
-	yOpts := append(y.opts(), kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) { revokedFromY.Add(1) }))
+	yOpts := y.opts(func() { revokedFromY.Add(1) })
 	x := &partitionSet{owned: map[int32]bool{}}
 	member := func(set *partitionSet, id string, opts []kgo.Opt) *Consumer {
 		return b.newConsumer(t, func(cfg *Config) { cfg.InstanceID = id; cfg.groupOpts = opts })
