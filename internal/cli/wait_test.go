@@ -112,8 +112,7 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 		{"run", true},
 	} {
 		t.Run(tc.command, func(t *testing.T) {
-			t.Parallel()
-			db := pgtest.New(t)
+			db, ctx := pgtest.NewParallel(t)
 			u, err := url.Parse(db.URL)
 			if err != nil {
 				t.Fatal(err)

@@ -21,9 +21,7 @@ import (
 )
 
 func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 3)
+	runSuite(t, 3, func(t *testing.T, b *testBundle) {
 		other := "some-other-topic"
 		subs := map[string]string{
 			"exact":       b.subscribe(t, []string{"order.created"}, nil, true),
@@ -133,9 +131,7 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 }
 
 func TestRedeliveryAfterCrashBeforeOffsetCommitCreatesNoDuplicateDelivery(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 2)
+	runSuite(t, 2, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		b.subscribe(t, []string{"order.*"}, nil, true)
 		const n = 20
@@ -203,9 +199,7 @@ func TestRedeliveryAfterCrashBeforeOffsetCommitCreatesNoDuplicateDelivery(t *tes
 }
 
 func TestSameDedupIDProducedTwiceYieldsOneDeliveryPerSubscription(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 1)
+	runSuite(t, 1, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		b.subscribe(t, []string{"order.created"}, nil, true)
 		c := b.newConsumer(t, nil)
@@ -243,9 +237,7 @@ func TestSameDedupIDProducedTwiceYieldsOneDeliveryPerSubscription(t *testing.T) 
 }
 
 func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 1)
+	runSuite(t, 1, func(t *testing.T, b *testBundle) {
 		b.createTopic(t, b.topic+contract.DeadLetterSuffix, 1)
 		b.subscribe(t, []string{"*"}, nil, true)
 
@@ -324,9 +316,7 @@ func TestBadRecordGoesToDLQAndPartitionKeepsFlowing(t *testing.T) {
 }
 
 func TestMissingDedupIDFallsBackToTopicPartitionOffset(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 2)
+	runSuite(t, 2, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		foreign := &kgo.Record{
 			Topic: b.topic, Key: []byte("asset-9"), Value: []byte(`{"foreign":true}`),
@@ -354,9 +344,7 @@ func TestMissingDedupIDFallsBackToTopicPartitionOffset(t *testing.T) {
 }
 
 func TestPerAssetOrderMatchesAssetSeqAcrossPartitions(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 4)
+	runSuite(t, 4, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		b.subscribe(t, []string{"asset.*"}, nil, true)
 		const assets, perAsset = 30, 20
@@ -408,9 +396,7 @@ func TestPerAssetOrderMatchesAssetSeqAcrossPartitions(t *testing.T) {
 }
 
 func TestPruneRemovesOnlyOldInboxRows(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 1)
+	runSuite(t, 1, func(t *testing.T, b *testBundle) {
 		ctx := context.Background()
 		_, err := b.db.Pool.Exec(ctx, `
 			INSERT INTO bridge.consumer_inbox (dedup_id, topic, kafka_partition, kafka_offset, received_at)
@@ -444,9 +430,7 @@ func TestPruneRemovesOnlyOldInboxRows(t *testing.T) {
 }
 
 func TestRebalanceWhenSecondMemberJoinsLosesAndDuplicatesNothing(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 6)
+	runSuite(t, 6, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		b.subscribe(t, []string{"item.*"}, nil, true)
 		const assets, perAsset = 40, 60 // 2400 records over about 6s
@@ -538,9 +522,7 @@ func TestRebalanceWhenSecondMemberJoinsLosesAndDuplicatesNothing(t *testing.T) {
 }
 
 func TestShutdownFinishesAndCommitsTheBatchInFlightThenLeavesTheGroup(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 1)
+	runSuite(t, 1, func(t *testing.T, b *testBundle) {
 		b.subscribe(t, []string{"*"}, nil, true)
 		var recs []*kgo.Record
 		for i := range 10 {

@@ -266,8 +266,7 @@ func (b *testBundle) requireGroupType(t *testing.T, protocol string) {
 // partitions — assigned by the broker — and every record becomes its
 // deliveries once.
 func TestConsumerGroupProtocolSharesPartitions(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+	kafkatest.RunParallel(t, func(t *testing.T, be kafkatest.Backend) {
 		b := setup(t, be, 4)
 		b.subscribe(t, []string{"*"}, nil, true)
 		sets := []*partitionSet{{owned: map[int32]bool{}}, {owned: map[int32]bool{}}}

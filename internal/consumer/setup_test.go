@@ -47,6 +47,16 @@ func setup(t testing.TB, be kafkatest.Backend, partitions int32) *testBundle {
 	return &testBundle{db: db, brokers: brokers, topic: topic, group: "g-" + topic, producer: producer}
 }
 
+// runSuite runs test in parallel once per Kafka backend
+// (kafkatest.RunParallel), with a bundle whose topic has the given
+// partitions.
+func runSuite(t *testing.T, partitions int32, test func(t *testing.T, b *testBundle)) {
+	t.Helper()
+	kafkatest.RunParallel(t, func(t *testing.T, be kafkatest.Backend) {
+		test(t, setup(t, be, partitions))
+	})
+}
+
 // newConsumer builds a consumer on the bundle's topic and group; mutate
 // adjusts the config.
 func (b *testBundle) newConsumer(t testing.TB, mutate func(*Config)) *Consumer {

@@ -36,9 +36,7 @@ func withTrace(r *kgo.Record, traceparent, tracestate string) *kgo.Record {
 }
 
 func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		b := setup(t, be, 1)
+	runSuite(t, 1, func(t *testing.T, b *testBundle) {
 		b.createTopic(t, b.topic+contract.DeadLetterSuffix, 1)
 		b.subscribe(t, []string{"*"}, nil, true)
 		rec := tracetest.NewSpanRecorder()
@@ -124,8 +122,7 @@ func TestDeliveriesCarryTheProcessSpanContext(t *testing.T) {
 }
 
 func TestDeliveriesKeepTheHeaderTraceparentWithoutARecordingSpan(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
+	kafkatest.RunParallel(t, func(t *testing.T, be kafkatest.Backend) {
 		for name, tp := range map[string]trace.TracerProvider{
 			"no SDK":      noop.NewTracerProvider(),
 			"not sampled": sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())),

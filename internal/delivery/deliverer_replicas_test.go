@@ -69,7 +69,6 @@ func (o *overlapReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // per-subscription cap in flight to one subscription, nor two requests of
 // one stream at once, as the receiver sees it.
 func TestInFlightCapExactAcrossThreeReplicas(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	rc := &overlapReceiver{busySub: map[string]int{}, peakSub: map[string]int{}, busyStream: map[string]int{}, last: map[string]int64{}}
 	srv := httptest.NewServer(rc)

@@ -20,9 +20,9 @@ import (
 
 const waitLong = 20 * time.Second
 
-func (b *testBundle) waitStatus(t *testing.T, id int64, status string) row {
+func (b *testBundle) waitStatus(t *testing.T, id int64, status string) *store.Delivery {
 	t.Helper()
-	var r row
+	var r *store.Delivery
 	testkit.Eventually(t, waitLong, func() string {
 		r = b.get(t, id)
 		return testkit.Unless(r.Status == status, "%s", "delivery to be "+status)
@@ -40,7 +40,6 @@ func (b *testBundle) attempts(t *testing.T, id int64) []store.Attempt {
 }
 
 func TestSignaturesVerifyWithStandardWebhooksIncludingDuringRotation(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t, nil)
 	sub := b.createSub(t, rc.URL+"/hook")
@@ -94,10 +93,8 @@ func TestSignaturesVerifyWithStandardWebhooksIncludingDuringRotation(t *testing.
 }
 
 func TestTraceparentTravelsWithoutSDK(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	rc, sub := b.endpoint(t, nil)
 	b.runDeliverer(t, Config{}) // no TracerProvider: the global no-op one
 	id := b.insert(t, sub.ID, "a", 1, `{}`)
 	b.waitStatus(t, id, store.StatusDelivered)
@@ -111,11 +108,9 @@ func TestTraceparentTravelsWithoutSDK(t *testing.T) {
 }
 
 func TestEnvelopeIsExactlyTheContract(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
-	ctx := context.Background()
+	rc, sub := b.endpoint(t, nil)
+	ctx := t.Context()
 	var withAsset, nullAsset int64
 	err := b.pool.QueryRow(ctx, `
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at)
@@ -145,7 +140,6 @@ VALUES ($1, 'evt-2', 'tick', 'assets', NULL, 3, '[]', '2024-05-01T12:00:00Z') RE
 }
 
 func TestDeadIncrementsFailureCountButARetriedAttemptDoesNot(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
 	var once sync.Once
@@ -186,9 +180,8 @@ func TestDeadIncrementsFailureCountButARetriedAttemptDoesNot(t *testing.T) {
 }
 
 func TestFailureCountMovesOnlyOnDeath(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.insert(t, s.ID, "x", 1, `{}`)
 	fail := store.Outcome{StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500"}
@@ -219,10 +212,8 @@ func TestFailureCountMovesOnlyOnDeath(t *testing.T) {
 }
 
 func TestSuccessResetsFailureCount(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	_, sub := b.endpoint(t, nil)
 	if _, err := b.pool.Exec(context.Background(), `UPDATE bridge.subscriptions SET consecutive_failures = 4 WHERE id = $1`, sub.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +226,8 @@ func TestSuccessResetsFailureCount(t *testing.T) {
 }
 
 func TestAutoDisableAtThreshold(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, func(*received, int) int { return http.StatusInternalServerError })
-	sub := b.createSub(t, rc.URL)
+	rc, sub := b.endpoint(t, func(*received, int) int { return http.StatusInternalServerError })
 	m := &countingMetrics{}
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}, DisableAfter: 3, Metrics: m})
 	var ids []int64
@@ -270,10 +259,8 @@ func TestAutoDisableAtThreshold(t *testing.T) {
 }
 
 func TestGoneDisablesAtOnce(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, func(*received, int) int { return http.StatusGone })
-	sub := b.createSub(t, rc.URL)
+	_, sub := b.endpoint(t, func(*received, int) int { return http.StatusGone })
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0, 0, 0}})
 	first := b.insert(t, sub.ID, "a", 1, `{}`)
 	second := b.insert(t, sub.ID, "a", 2, `{}`)
@@ -291,16 +278,14 @@ func TestGoneDisablesAtOnce(t *testing.T) {
 }
 
 func TestReviveResetsAttemptsAndDeliversInOrder(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	var healthy atomic.Bool
-	rc := newReceiver(t, func(*received, int) int {
+	rc, sub := b.endpoint(t, func(*received, int) int {
 		if healthy.Load() {
 			return http.StatusOK
 		}
 		return http.StatusServiceUnavailable
 	})
-	sub := b.createSub(t, rc.URL)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}})
 	var ids []int64
 	for i := 1; i <= 4; i++ {
@@ -335,15 +320,13 @@ func TestReviveResetsAttemptsAndDeliversInOrder(t *testing.T) {
 }
 
 func TestLaterEventNeverDeliveredBeforeEarlierWaitingToRetry(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, func(_ *received, n int) int {
+	rc, sub := b.endpoint(t, func(_ *received, n int) int {
 		if n <= 2 {
 			return http.StatusInternalServerError
 		}
 		return http.StatusOK
 	})
-	sub := b.createSub(t, rc.URL)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{200 * time.Millisecond, 200 * time.Millisecond}})
 	var ids []int64
 	for i := 1; i <= 5; i++ {
@@ -362,7 +345,6 @@ func TestLaterEventNeverDeliveredBeforeEarlierWaitingToRetry(t *testing.T) {
 }
 
 func TestRedirectsAreNotFollowed(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	target := newReceiver(t, nil)
 	redirect := newRedirector(t, target.URL)
@@ -380,10 +362,8 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 }
 
 func TestRefusedAddressFailsTheAttemptNamingIt(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	rc, sub := b.endpoint(t, nil)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}, AllowedCIDRs: []netip.Prefix{}})
 	id := b.insert(t, sub.ID, "a", 1, `{}`)
 	b.waitStatus(t, id, store.StatusDead)
@@ -397,7 +377,6 @@ func TestRefusedAddressFailsTheAttemptNamingIt(t *testing.T) {
 }
 
 func TestShutdownReleasesInFlightWithoutCharging(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	unblock := make(chan struct{})
 	rc := newReceiver(t, func(*received, int) int {
@@ -422,18 +401,16 @@ func TestShutdownReleasesInFlightWithoutCharging(t *testing.T) {
 }
 
 func TestLogNeverReturnsPayloads(t *testing.T) {
-	t.Parallel()
 	const marker = "PAYLOAD-MARKER-7f3a"
 	// That the log's statements never name the column is checked beside
 	// them (store.TestLogQueriesNeverReadThePayload); this checks what the
 	// log returns.
 	b := setup(t)
-	rc := newReceiver(t, func(*received, int) int { return http.StatusBadRequest })
-	sub := b.createSub(t, rc.URL)
+	_, sub := b.endpoint(t, func(*received, int) int { return http.StatusBadRequest })
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{}})
 	id := b.insert(t, sub.ID, "a", 1, `{"secret": "`+marker+`"}`)
 	b.waitStatus(t, id, store.StatusDead)
-	ctx := context.Background()
+	ctx := t.Context()
 	page, err := b.store.List(ctx, store.ListParams{SubscriptionID: sub.ID, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -458,10 +435,8 @@ func TestLogNeverReturnsPayloads(t *testing.T) {
 }
 
 func TestNotifyWakesTheDelivererWithoutPolling(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	_, sub := b.endpoint(t, nil)
 	// A poll interval of an hour: only NOTIFY bridge_deliveries can wake it.
 	b.runDeliverer(t, Config{PollInterval: time.Hour})
 	// Let the LISTEN connection come up (Run pokes once when it does).
@@ -479,10 +454,8 @@ func TestNotifyWakesTheDelivererWithoutPolling(t *testing.T) {
 }
 
 func TestDelivererReclaimsAStalledClaim(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	rc, sub := b.endpoint(t, nil)
 	id := b.insert(t, sub.ID, "a", 1, `{}`)
 	behind := b.insert(t, sub.ID, "a", 2, `{}`)
 	// A worker that claimed it and died: its lease runs out in 50ms.
@@ -501,7 +474,6 @@ func TestDelivererReclaimsAStalledClaim(t *testing.T) {
 }
 
 func TestShutdownLetsAQuickRequestFinishAndRecordsIt(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	arrived := make(chan struct{}, 1)
 	proceed := make(chan struct{})
@@ -535,9 +507,8 @@ func TestShutdownLetsAQuickRequestFinishAndRecordsIt(t *testing.T) {
 }
 
 func TestRetentionDeletesOldDeliveredKeepsDead(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	s := b.createSub(t, "https://a.example/hook")
 	old := b.insert(t, s.ID, "a", 1, `{}`)
 	recent := b.insert(t, s.ID, "b", 1, `{}`)
@@ -572,7 +543,6 @@ UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() - interv
 }
 
 func TestAttemptLogKeepsTheFirstKiBOfTheAnswer(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	big := strings.Repeat("é", 50_000) // 100 KB of two-byte runes: the cut lands mid-rune
 	srv := newRawReceiver(t, func(w http.ResponseWriter) {

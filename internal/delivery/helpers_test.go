@@ -25,9 +25,17 @@ type testBundle struct {
 	store *store.DeliveryStore
 }
 
-func setup(t *testing.T) *testBundle { return setupB(t) }
+// setup is a test's opening: the stores over a database of the test's own
+// (pgtest.New). It marks the test parallel: no two tests share a database, so
+// none can see another's deliveries. A test that measures the process itself
+// (the heap) opens with setupAlone.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	t.Parallel()
+	return setupAlone(t)
+}
 
-func setupB(t testing.TB) *testBundle {
+func setupAlone(t *testing.T) *testBundle {
 	t.Helper()
 	db := pgtest.New(t)
 	return &testBundle{
@@ -51,41 +59,45 @@ func (b *testBundle) createSub(t *testing.T, url string) *store.Subscription {
 	return sub
 }
 
-// insert adds a delivery the way the consumer does (plain SQL) and returns
-// its id. asset "" means the null asset.
+// insert queues a delivery the way the consumer does (store.Enqueue, one
+// event fanned out to subID) and returns its id. asset "" means the null
+// asset.
 func (b *testBundle) insert(t testing.TB, subID, asset string, n int, payload string) int64 {
 	t.Helper()
-	var assetArg any
+	ev := store.Event{
+		ID:          fmt.Sprintf("evt-%s-%s-%d-%d", subID[:8], asset, n, time.Now().UnixNano()),
+		Type:        "asset.updated",
+		Topic:       "assets",
+		AssetSeq:    ptr(int64(n)),
+		Payload:     payload,
+		CreatedAt:   time.Now(),
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
 	if asset != "" {
-		assetArg = asset
+		ev.AssetID = &asset
+	}
+	var f store.Fanout
+	f.Deliver(f.AddEvent(ev), subID)
+	ctx := context.Background()
+	if err := store.Enqueue(ctx, b.pool, &f); err != nil {
+		t.Fatalf("enqueue delivery: %v", err)
 	}
 	var id int64
-	err := b.pool.QueryRow(context.Background(), `
-INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at, traceparent)
-VALUES ($1, $2, 'asset.updated', 'assets', $3, $4, $5::jsonb, now(), $6)
-RETURNING id`, subID, fmt.Sprintf("evt-%s-%s-%d-%d", subID[:8], asset, n, time.Now().UnixNano()), assetArg, n, payload,
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").Scan(&id)
+	err := b.pool.QueryRow(ctx, `SELECT id FROM bridge.deliveries WHERE subscription_id = $1 AND event_id = $2`, subID, ev.ID).Scan(&id)
 	if err != nil {
-		t.Fatalf("insert delivery: %v", err)
+		t.Fatalf("read back delivery %s: %v", ev.ID, err)
 	}
 	return id
 }
 
-type row struct {
-	Status        string
-	Attempts      int
-	NextAttemptAt time.Time
-}
-
-func (b *testBundle) get(t *testing.T, id int64) row {
+// get reads a delivery as the log shows it (store.DeliveryStore.Get).
+func (b *testBundle) get(t *testing.T, id int64) *store.Delivery {
 	t.Helper()
-	var r row
-	err := b.pool.QueryRow(context.Background(), `SELECT status, attempts, next_attempt_at FROM bridge.deliveries WHERE id = $1`, id).
-		Scan(&r.Status, &r.Attempts, &r.NextAttemptAt)
+	d, err := b.store.Get(context.Background(), id)
 	if err != nil {
 		t.Fatalf("read delivery %d: %v", id, err)
 	}
-	return r
+	return d
 }
 
 func (b *testBundle) sub(t *testing.T, id string) *store.Subscription {
@@ -144,6 +156,14 @@ func (rc *receiver) requests() []received {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return append([]received(nil), rc.got...)
+}
+
+// endpoint is a receiver answering with respond (200 when nil) and a
+// subscription to its URL.
+func (b *testBundle) endpoint(t *testing.T, respond func(r *received, n int) int) (*receiver, *store.Subscription) {
+	t.Helper()
+	rc := newReceiver(t, respond)
+	return rc, b.createSub(t, rc.URL)
 }
 
 // runDeliverer starts a Deliverer and stops it when the test ends; stop

@@ -26,8 +26,8 @@ import (
 // after every restart. Not parallel: the heap is the whole test binary's.
 // Cost: about 5–8 s (60 MB written to PostgreSQL, then delivered).
 func TestHeapBoundedByClaimBytes(t *testing.T) {
-	b := setup(t)
-	ctx := context.Background()
+	b := setupAlone(t)
+	ctx := t.Context()
 	const subs, assets, size = 4, 15, 1_000_000
 	var received atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +101,6 @@ FROM generate_series(1, $3) g`, sub.ID, size, assets); err != nil {
 // subscriptions claim with), takes it back when it ends, and every slot and
 // byte is returned once the outcomes are written.
 func TestSlowRequestsLendTheirClaimSlots(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
 	var arrived atomic.Int64

@@ -33,7 +33,6 @@ func (o *overlapReceiver) arrivals(path string) []time.Time {
 // alone would give ~burst a second), the unlimited one is not slowed, and
 // waiting for tokens costs no attempt. Order per stream stays exact.
 func TestRateLimitHoldsAcrossTwoReplicas(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	rc := &overlapReceiver{at: map[string][]time.Time{}, busySub: map[string]int{}, peakSub: map[string]int{},
 		busyStream: map[string]int{}, last: map[string]int64{}}

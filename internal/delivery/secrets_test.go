@@ -32,7 +32,7 @@ func parseRing(t *testing.T, items ...string) *keyring.Ring {
 // ring are sealed by the first rotation without a delivery noticing.
 func TestKeyRotationUnderLoadKeepsDeliveriesVerifying(t *testing.T) {
 	b := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	const (
 		matOld = "b2xkLWtleS1vbGQta2V5LW9sZC1rZXktb2xkLWtleSE=" // "old-key-old-key-old-key-old-key!"
 		matNew = "bmV3LWtleS1uZXcta2V5LW5ldy1rZXktbmV3LWtleSE=" // "new-key-new-key-new-key-new-key!"

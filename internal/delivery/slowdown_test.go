@@ -1,7 +1,6 @@
 package delivery
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -32,7 +31,6 @@ func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			t.Parallel()
 			b := setup(t)
 			var mu sync.Mutex
 			var at []time.Time
@@ -82,11 +80,9 @@ func TestSlowDownAnswersHonourRetryAfterOthersIgnoreIt(t *testing.T) {
 // A recovered window goes out oldest first, in asset_seq order per asset,
 // with attempts reset; dead deliveries outside the window stay dead.
 func TestRecoveredWindowIsDeliveredInAssetOrder(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	rc := newReceiver(t, nil)
-	sub := b.createSub(t, rc.URL)
+	ctx := t.Context()
+	rc, sub := b.endpoint(t, nil)
 	var ids []int64
 	for i := range 3 {
 		ids = append(ids, b.insert(t, sub.ID, "a", i+1, `{}`))

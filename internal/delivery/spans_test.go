@@ -31,19 +31,17 @@ func spanAttr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 // subscription it is and fails on an error answer; a dead delivery leaves a
 // delivery.dead event in its trace; a revived delivery's span says so.
 func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	var healthy atomic.Bool
-	rc := newReceiver(t, func(*received, int) int {
+	_, sub := b.endpoint(t, func(*received, int) int {
 		if healthy.Load() {
 			return http.StatusOK
 		}
 		return http.StatusInternalServerError
 	})
-	sub := b.createSub(t, rc.URL)
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp})
 	id := b.insert(t, sub.ID, "x", 1, `{}`)
 	b.waitStatus(t, id, store.StatusDead)
@@ -105,7 +103,6 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 // A token in a subscription URL's query string reaches neither the log nor
 // the attempt's span: both show scheme, host and path only.
 func TestURLQueryNeverReachesLogsOrSpans(t *testing.T) {
-	t.Parallel()
 	const token = "SUBSCRIBER-TOKEN-91c2"
 	b := setup(t)
 	rec := tracetest.NewSpanRecorder()

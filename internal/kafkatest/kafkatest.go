@@ -186,6 +186,16 @@ func RealBackend() Backend { return Backend{Name: "kafka", Brokers: RealBrokers}
 // Backends lists the backends: kfake, then the real broker.
 func Backends() []Backend { return []Backend{FakeBackend(), RealBackend()} }
 
+// RunParallel is the opening of a suite test whose state is its own (a
+// database and topics of its own): it marks t parallel, since such a test
+// disturbs no other, and runs suite once per backend (RunBackends). A test
+// that must run alone (one timing the machine) calls RunBackends itself.
+func RunParallel(t *testing.T, suite func(t *testing.T, b Backend)) {
+	t.Helper()
+	t.Parallel()
+	RunBackends(t, suite)
+}
+
 // RunBackends runs suite once per backend, each as a subtest named by the
 // backend (TestX/kfake, TestX/kafka), in parallel with each other.
 func RunBackends(t *testing.T, suite func(t *testing.T, b Backend)) {

@@ -204,9 +204,7 @@ func TestRefreshErrorsCounted(t *testing.T) {
 
 // The outbox gauges read the real table through outboxstore.ReadStats.
 func TestOutboxGaugesFromDatabase(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
+	db, ctx := pgtest.NewParallel(t)
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -248,9 +246,7 @@ func TestOutboxGaugesFromDatabase(t *testing.T) {
 
 // The delivery gauges read bridge.deliveries and bridge.subscriptions.
 func TestDeliveryGaugesFromDatabase(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
+	db, ctx := pgtest.NewParallel(t)
 	var subA, subB, subOff string
 	for _, p := range []struct {
 		id      *string
@@ -318,8 +314,7 @@ func TestAdminAuthFailures(t *testing.T) {
 // time the relay reports anything for the topic. Histograms have no zero
 // form and are left out. The list comes from docs/observability.md.
 func TestDocumentedSeriesStartAtZero(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db, _ := pgtest.NewParallel(t)
 	m := newMetrics(t, time.Hour)
 	m.Relay()
 	m.Deliveries()

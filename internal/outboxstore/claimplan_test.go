@@ -1,7 +1,6 @@
 package outboxstore
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,9 +18,7 @@ import (
 // for the table as it is; here it must take well under a second. The
 // bound is loose on purpose (a slow CI machine): the failure is 15 s.
 func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
+	db, ctx := pgtest.NewParallel(t)
 	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package outboxstore
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 // and the replay alike (one WHERE clause), and GetRow reads any status with
 // headers and the payload only when asked.
 func TestFailedFilters(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
+	db, ctx := pgtest.NewParallel(t)
 	enqueue := func(topic, asset, typ string) uuid.UUID {
 		var id uuid.UUID
 		err := db.Pool.QueryRow(ctx, `SELECT bridge.enqueue($1, $2, $3, '{"x":1}', '{"h":"v"}',

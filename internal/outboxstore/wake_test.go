@@ -19,9 +19,7 @@ import (
 // that rolled back); every replay statement notifies with the lowest seq it
 // replayed, and a replay of nothing notifies nobody.
 func TestWakeUpsCarryTheLowestSeqThatBecameNew(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
+	db, ctx := pgtest.NewParallel(t)
 	listener, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/outbox"
@@ -31,6 +33,30 @@ type testBundle struct {
 func setup(t *testing.T, brokers []string) *testBundle {
 	t.Helper()
 	return &testBundle{t: t, db: pgtest.New(t), brokers: brokers}
+}
+
+// setupFake is the opening of a test that injects broker faults through
+// kfake's control hooks (so it runs on kfake only): it marks t parallel and
+// returns a kfake cluster holding topic with the given partitions, and a
+// bundle on that cluster.
+func setupFake(t *testing.T, topic string, partitions int32) (*kfake.Cluster, *testBundle) {
+	t.Helper()
+	t.Parallel()
+	cluster := kafkatest.Fake(t)
+	if err := cluster.CreateTopic(topic, partitions, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cluster, setup(t, cluster.ListenAddrs())
+}
+
+// runSuite runs test in parallel once per Kafka backend
+// (kafkatest.RunParallel), with a bundle over a database of its own and the
+// backend's brokers.
+func runSuite(t *testing.T, test func(t *testing.T, b *testBundle)) {
+	t.Helper()
+	kafkatest.RunParallel(t, func(t *testing.T, be kafkatest.Backend) {
+		test(t, setup(t, be.Brokers(t)))
+	})
 }
 
 // fastConfig is a relay config with test-sized timings.

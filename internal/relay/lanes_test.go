@@ -20,9 +20,8 @@ import (
 // is ever held by two replicas at once.
 func TestLanesMovePromptlyWhenReplicasJoinAndStop(t *testing.T) {
 	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 6, nil)
+		b := setup(t, be.Brokers(t))
+		topic := kafkatest.CreateTopic(t, b.brokers, 6, nil)
 		cfg := fastConfig()
 		cfg.LeaseTimeout = 30 * time.Second
 		cfg.BatchSize = 50
@@ -111,6 +110,6 @@ func TestLanesMovePromptlyWhenReplicasJoinAndStop(t *testing.T) {
 
 		total := rounds * assets
 		b.waitAllSent(total, time.Minute)
-		checkKeyOrder(t, kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute))
+		checkKeyOrder(t, kafkatest.ConsumeAll(t, b.brokers, topic, total, time.Minute))
 	})
 }

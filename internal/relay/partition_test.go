@@ -47,19 +47,16 @@ func TestPartitionerMatchesJavaMurmur2(t *testing.T) {
 // Against both backends: events for the vector keys, relayed to a topic
 // with 7 partitions, land on the partitions the Java formula gives.
 func TestBrokerPartitionsLikeJava(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
+	runSuite(t, func(t *testing.T, b *testBundle) {
 		const partitions = 7
-		topic := kafkatest.CreateTopic(t, brokers, partitions, nil)
+		topic := kafkatest.CreateTopic(t, b.brokers, partitions, nil)
 		var evs []outbox.Event
 		for _, v := range murmur2Vectors {
 			evs = append(evs, outbox.Event{Topic: topic, AssetID: v.key, EventType: "e", Payload: payload(v.key)})
 		}
 		b.enqueue(evs...)
 		b.startRelay(fastConfig())
-		recs := kafkatest.ConsumeAll(t, brokers, topic, len(evs), 30*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, len(evs), 30*time.Second)
 		if len(recs) != len(evs) {
 			t.Fatalf("got %d records, want %d", len(recs), len(evs))
 		}

@@ -28,11 +28,8 @@ import (
 // events for one asset; they must reach Kafka in enqueue order (the created_at
 // tie, docs/failure-modes.md §9).
 func TestSameTransactionOrdering(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 6, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 6, nil)
 		b.startRelay(fastConfig())
 
 		const txs = 1000
@@ -51,7 +48,7 @@ func TestSameTransactionOrdering(t *testing.T) {
 			}
 		}
 		b.waitAllSent(2*txs, 2*time.Minute)
-		recs := kafkatest.ConsumeAll(t, brokers, topic, 2*txs, time.Minute)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, 2*txs, time.Minute)
 		perKey := checkKeyOrder(t, recs)
 		// Within each key, events alternate published, expired, published, ...
 		for _, r := range recs {
@@ -83,11 +80,8 @@ func TestSameTransactionOrdering(t *testing.T) {
 // 2. Concurrent transactions on the same assets: Kafka order per key equals
 // asset_seq order with no gaps (enqueue serialises one asset's writers).
 func TestConcurrentTransactionsOneAsset(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 3, nil)
 		b.startRelay(fastConfig())
 
 		const writers, perWriter, assets = 8, 500, 5
@@ -118,7 +112,7 @@ func TestConcurrentTransactionsOneAsset(t *testing.T) {
 		}
 		total := writers * perWriter
 		b.waitAllSent(total, 2*time.Minute)
-		recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, total, time.Minute)
 		perKey := checkKeyOrder(t, recs)
 		n := 0
 		for _, s := range perKey {
@@ -202,13 +196,8 @@ func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 // 4. A transient failure: produce fails for three relay attempts, then
 // recovers. The row is SENT with attempts = 3 and nothing is FAILED.
 func TestTransientFailureRecovers(t *testing.T) {
-	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
 	topic := "flaky"
-	if err := cluster.CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	cluster, b := setupFake(t, topic, 1)
 	var failing atomic.Bool
 	failing.Store(true)
 	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1,
@@ -246,12 +235,9 @@ func incompressible(n int) string {
 // 5. A record larger than the topic accepts is parked after one attempt with
 // a reason naming its size; its batch neighbours are SENT.
 func TestOversizedRecordParksImmediately(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
+	runSuite(t, func(t *testing.T, b *testBundle) {
 		limit := "2000"
-		topic := kafkatest.CreateTopic(t, brokers, 1, map[string]*string{"max.message.bytes": &limit})
+		topic := kafkatest.CreateTopic(t, b.brokers, 1, map[string]*string{"max.message.bytes": &limit})
 		var events []outbox.Event
 		for i := range 10 {
 			events = append(events, outbox.Event{Topic: topic, AssetID: fmt.Sprintf("n-%d", i), EventType: "small", Payload: payload(i)})
@@ -294,11 +280,8 @@ func indexOf(s, sub string) int {
 
 // A payload over RELAY_MAX_MESSAGE_BYTES is parked without being sent.
 func TestPayloadOverMaxMessageBytesParked(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 1, nil)
 		cfg := fastConfig()
 		cfg.MaxMessageBytes = 100
 		ids := b.enqueue(
@@ -318,13 +301,8 @@ func TestPayloadOverMaxMessageBytesParked(t *testing.T) {
 // 6. A broker outage under load: zero rows FAILED, zero attempts charged, all
 // rows SENT after it returns, order kept.
 func TestBrokerOutageChargesNothing(t *testing.T) {
-	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
 	topic := "outage"
-	if err := cluster.CreateTopic(topic, 3, nil); err != nil {
-		t.Fatal(err)
-	}
+	cluster, b := setupFake(t, topic, 3)
 	cfg := fastConfig()
 	cfg.MaxAttempts = 2 // an outage that charged attempts would park rows fast
 	cfg.ProduceTimeout = time.Second
@@ -387,11 +365,8 @@ func TestBrokerOutageChargesNothing(t *testing.T) {
 // 7. A crash between produce and mark: the row is produced twice with one
 // dedup-id, never lost.
 func TestCrashBetweenProduceAndMark(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 1, nil)
 		ids := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "e", Payload: payload(1)})
 
 		cfg := fastConfig()
@@ -405,7 +380,7 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 		}
 		b.startRelay(cfg) // takes the lanes over once the dead lease expires
 		b.waitAllSent(1, 20*time.Second)
-		recs := kafkatest.ConsumeAll(t, brokers, topic, 2, 20*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, 2, 20*time.Second)
 		if len(recs) != 2 {
 			t.Fatalf("got %d records, want the row twice", len(recs))
 		}
@@ -419,11 +394,8 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 
 // 8. A rolled-back transaction is never produced.
 func TestRolledBackNeverProduced(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 1, nil)
 		b.startRelay(fastConfig())
 		ctx := context.Background()
 		tx, err := b.db.Pool.Begin(ctx)
@@ -440,7 +412,7 @@ func TestRolledBackNeverProduced(t *testing.T) {
 			t.Fatal(err)
 		}
 		marker := b.enqueue(outbox.Event{Topic: topic, AssetID: "x", EventType: "marker", Payload: payload(2)})[0]
-		recs := kafkatest.ConsumeAll(t, brokers, topic, 1, 20*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, 1, 20*time.Second)
 		if len(recs) != 1 || header(recs[0], "dedup-id") != marker.String() {
 			t.Fatalf("records: %d; first dedup-id %q; want only the marker", len(recs), header(recs[0], "dedup-id"))
 		}
@@ -457,11 +429,8 @@ func TestRolledBackNeverProduced(t *testing.T) {
 func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 	for _, replicas := range []int{2, 3} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
-			t.Parallel()
-			kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-				brokers := be.Brokers(t)
-				b := setup(t, brokers)
-				topic := kafkatest.CreateTopic(t, brokers, 6, nil)
+			runSuite(t, func(t *testing.T, b *testBundle) {
+				topic := kafkatest.CreateTopic(t, b.brokers, 6, nil)
 				cfg := fastConfig()
 				cfg.BatchSize = 50
 				var rs []*runningRelay
@@ -528,7 +497,7 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 					t.Fatalf("victim's rows drained %s after the kill, limit ~%s", d, limit)
 				}
 				t.Logf("victim's lanes owned by survivors within %s of the kill", takenOver.Round(time.Millisecond))
-				recs := kafkatest.ConsumeAll(t, brokers, topic, total, time.Minute)
+				recs := kafkatest.ConsumeAll(t, b.brokers, topic, total, time.Minute)
 				if os.Getenv("RELAY_TEST_LOG") != "" {
 					rows, _ := b.db.Pool.Query(context.Background(), `SELECT asset_id, seq, asset_seq, lane, sent_at, kafka_offset FROM bridge.outbox WHERE asset_id IN ('asset-59','asset-79') ORDER BY asset_id, asset_seq`)
 					for rows.Next() {
@@ -551,13 +520,8 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 // 10. A FAILED row replayed after the fault is fixed is SENT, with the same
 // dedup-id.
 func TestReplayFailedRow(t *testing.T) {
-	t.Parallel()
-	cluster := kafkatest.Fake(t)
-	b := setup(t, cluster.ListenAddrs())
 	topic := "denied"
-	if err := cluster.CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	cluster, b := setupFake(t, topic, 1)
 	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	id := b.enqueue(outbox.Event{Topic: topic, AssetID: "a", EventType: "e", Payload: payload(1)})[0]
 	b.startRelay(fastConfig())
@@ -586,11 +550,8 @@ func TestReplayFailedRow(t *testing.T) {
 // 11. Null-asset events from concurrent transactions form one ordered stream
 // on one partition.
 func TestNullAssetStreamOrdered(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 4, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 4, nil)
 		b.startRelay(fastConfig())
 		const writers, each = 4, 50
 		var wg sync.WaitGroup
@@ -605,7 +566,7 @@ func TestNullAssetStreamOrdered(t *testing.T) {
 		}
 		wg.Wait()
 		b.waitAllSent(writers*each, time.Minute)
-		recs := kafkatest.ConsumeAll(t, brokers, topic, writers*each, 30*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, writers*each, 30*time.Second)
 		for _, r := range recs {
 			if r.Key == nil || len(r.Key) != 0 {
 				t.Fatalf("null-asset record key = %v, want empty non-nil", r.Key)
@@ -620,11 +581,8 @@ func TestNullAssetStreamOrdered(t *testing.T) {
 
 // The record carries the contract's headers and value.
 func TestRecordShape(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 1, nil)
 		ctx := context.Background()
 		var id uuid.UUID
 		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
@@ -639,7 +597,7 @@ func TestRecordShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.startRelay(fastConfig())
-		recs := kafkatest.ConsumeAll(t, brokers, topic, 1, 20*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, 1, 20*time.Second)
 		if len(recs) != 1 {
 			t.Fatalf("got %d records", len(recs))
 		}
@@ -705,11 +663,8 @@ func (o outageCounter) Outage(active bool) {
 // Kafka is marked SENT (the acks in flight were awaited and marked), so a
 // restart produces nothing twice.
 func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
-	t.Parallel()
-	kafkatest.RunBackends(t, func(t *testing.T, be kafkatest.Backend) {
-		brokers := be.Brokers(t)
-		b := setup(t, brokers)
-		topic := kafkatest.CreateTopic(t, brokers, 3, nil)
+	runSuite(t, func(t *testing.T, b *testBundle) {
+		topic := kafkatest.CreateTopic(t, b.brokers, 3, nil)
 		const total = 40000
 		var evs []outbox.Event
 		for i := range total {
@@ -737,9 +692,9 @@ func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 		if lanesHeld != 0 {
 			t.Fatalf("%d lanes still held after a graceful stop", lanesHeld)
 		}
-		recs := kafkatest.ConsumeAll(t, brokers, topic, c["SENT"], 20*time.Second)
+		recs := kafkatest.ConsumeAll(t, b.brokers, topic, c["SENT"], 20*time.Second)
 		// Give any unmarked extra a moment to show up, then compare exactly.
-		extra := kafkatest.ConsumeAll(t, brokers, topic, c["SENT"]+1, 2*time.Second)
+		extra := kafkatest.ConsumeAll(t, b.brokers, topic, c["SENT"]+1, 2*time.Second)
 		if len(recs) != c["SENT"] || len(extra) != c["SENT"] {
 			t.Fatalf("Kafka holds %d (then %d) records, %d rows SENT: produced rows were left unmarked", len(recs), len(extra), c["SENT"])
 		}

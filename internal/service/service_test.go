@@ -214,8 +214,7 @@ func TestReplicaIDIsUnique(t *testing.T) {
 // kills the LISTEN connection, Listen reconnects, wakes the reader once for
 // the gap, and later notifications arrive again.
 func TestListenWakesAndReconnects(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db, ctx := pgtest.NewParallel(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log, buf := newLogger()

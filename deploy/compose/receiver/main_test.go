@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -20,14 +19,12 @@ import (
 // The receiver subscribes through the real admin API; started again, it
 // rotates its subscription's secret instead of creating a second one.
 func TestSubscribeThroughAdminAPI(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db, ctx := pgtest.NewParallel(t)
 	mux := http.NewServeMux()
 	adminapi.Mount(mux, adminapi.Config{Token: "tok", Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour})
 	api := httptest.NewServer(mux)
 	defer api.Close()
 	cfg := config{URL: "http://receiver:9000/webhook", EventTypes: []string{"*"}, AdminAPI: api.URL, AdminToken: "tok"}
-	ctx := context.Background()
 
 	id1, secret1, err := subscribe(ctx, api.Client(), cfg)
 	if err != nil {
