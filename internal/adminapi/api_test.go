@@ -42,8 +42,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 }
 
 func TestOpenAPIServed(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	res := b.doAuth(t, "GET", "/openapi.json", "", "").want(t, http.StatusOK)
 	if !bytes.Equal(res.Body, api.OpenAPI) {
 		t.Fatal("GET /openapi.json differs from api/openapi.json")
@@ -80,8 +79,7 @@ func TestNotMountedWithoutToken(t *testing.T) {
 // Every operation answers 401 to a missing or wrong token, before it looks
 // at its input; the right token gets through.
 func TestAuth(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	doc, _ := spec(t)
 	bad := []string{
 		"",                                       // no header
@@ -166,9 +164,7 @@ func TestTokenComparedInConstantTime(t *testing.T) {
 }
 
 func TestOutboxEndpoints(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	ids := b.failedRows(t, "assets", 3, "payload-marker-outbox")
 	other := b.failedRows(t, "orders", 2, "payload-marker-outbox")
 
@@ -232,8 +228,7 @@ func TestOutboxEndpoints(t *testing.T) {
 }
 
 func TestSubscriptionLifecycle(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	res := b.do(t, "POST", "/api/v1/subscriptions",
 		`{"url": "https://crm.example.com/hooks", "event_types": ["asset.*", "order.paid"], "topic": "assets", "description": "CRM"}`).want(t, http.StatusCreated)
 	created := res.obj(t)
@@ -291,8 +286,7 @@ func TestSubscriptionLifecycle(t *testing.T) {
 // The secret appears in the answers to create and rotate-secret and in no
 // other answer, not even as metadata's neighbour.
 func TestSecretsOnlyOnCreateAndRotate(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	res := b.do(t, "POST", "/api/v1/subscriptions", `{"url": "https://a.example.com/h", "event_types": ["*"]}`).want(t, http.StatusCreated)
 	first, _ := res.obj(t)["secret"].(string)
 	if !strings.HasPrefix(first, "whsec_") {
@@ -329,8 +323,7 @@ func TestSecretsOnlyOnCreateAndRotate(t *testing.T) {
 
 // The delivery log and the FAILED listing never carry payloads.
 func TestPayloadsNeverReturned(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	const marker = "payload-marker-7f3a"
 	sub := b.createSubscription(t, "https://a.example.com/h")
 	ids := b.deliveries(t, sub, 3, marker)
@@ -356,9 +349,7 @@ func TestPayloadsNeverReturned(t *testing.T) {
 }
 
 func TestDeliveriesEndpoints(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	sub := b.createSubscription(t, "https://a.example.com/h")
 	other := b.createSubscription(t, "https://b.example.com/h")
 	ids := b.deliveries(t, sub, 6, "m")
@@ -412,8 +403,7 @@ func TestDeliveriesEndpoints(t *testing.T) {
 // Walking every list a page at a time yields each row exactly once, in the
 // list's order, also when rows are added or removed between pages.
 func TestCursorPagination(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 
 	failed := b.failedRows(t, "assets", 7, "m")
 	got, pages := b.walk(t, "/api/v1/outbox/failed", 3)
@@ -475,9 +465,7 @@ func TestCursorPagination(t *testing.T) {
 
 // Every class of bad input is a 4xx naming the field, and changes nothing.
 func TestBadInput(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	failed := b.failedRows(t, "assets", 1, "m")
 	sub := b.createSubscription(t, "https://a.example.com/h")
 	dels := b.deliveries(t, sub, 1, "m")
@@ -617,8 +605,7 @@ func TestBadInput(t *testing.T) {
 // Every operation that takes a body refuses one over 1 MiB with 413 before
 // reading any of it as JSON, and writes nothing.
 func TestOversizeBodies(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	sub := b.createSubscription(t, "https://a.example.com/h")
 	doc, _ := spec(t)
 	huge := `{"description": "` + strings.Repeat("x", maxBodyBytes) + `"}`

@@ -112,15 +112,18 @@ type bundle struct {
 	mux *http.ServeMux
 }
 
-func setup(t *testing.T) *bundle {
+// setup is every test's opening: the admin API over a database of the
+// test's own. The test runs in parallel (pgtest.NewParallel: no other test
+// sees its rows).
+func setup(t *testing.T) (*bundle, context.Context) {
 	t.Helper()
-	db := pgtest.New(t)
+	db, ctx := pgtest.NewParallel(t)
 	sawDB.Store(true)
 	mux := http.NewServeMux()
 	if !Mount(mux, Config{Token: testToken, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour}) {
 		t.Fatal("Mount with a token mounted nothing")
 	}
-	return &bundle{db: db, mux: mux}
+	return &bundle{db: db, mux: mux}, ctx
 }
 
 // result is one response.

@@ -1,7 +1,6 @@
 package adminapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -9,9 +8,7 @@ import (
 )
 
 func TestRecoverRevivesTheWindowAndRefusesBadInput(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	sub := b.createSubscription(t, "https://a.example.com/h")
 	ids := b.deliveries(t, sub, 4, "m")
 	// Created 4h, 3h, 2h and 1h ago.

@@ -447,12 +447,7 @@ func TestCLIMigrateTwiceIsNoop(t *testing.T) {
 }
 
 func TestCLIMigrateRefusesNewerSchema(t *testing.T) {
-	t.Parallel()
-	db := pgtest.Empty(t)
-	env := map[string]string{"DATABASE_URL": db.URL}
-	if r := bridge(t, env, "migrate"); r.code != ExitOK {
-		t.Fatalf("migrate: exit %d, stderr %q", r.code, r.stderr)
-	}
+	db, env := migratedByCLI(t)
 	newer := database.LatestVersion() + 1
 	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, newer); err != nil {
 		t.Fatal(err)
@@ -477,12 +472,7 @@ func TestCLIMigrateRefusesNewerSchema(t *testing.T) {
 // folded into the baseline (here: at version 7): `bridge migrate` exits 1 with
 // one line that says to recreate it, and applies nothing.
 func TestCLIMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
-	t.Parallel()
-	db := pgtest.Empty(t)
-	env := map[string]string{"DATABASE_URL": db.URL}
-	if r := bridge(t, env, "migrate"); r.code != ExitOK {
-		t.Fatalf("migrate: exit %d, stderr %q", r.code, r.stderr)
-	}
+	db, env := migratedByCLI(t)
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`); err != nil {
 		t.Fatal(err)
@@ -554,4 +544,19 @@ func TestCLIMigrateConcurrentProcesses(t *testing.T) {
 			requireOneCorrectSchema(t, db.Pool)
 		})
 	}
+}
+
+// migratedByCLI is the opening of a test of what `bridge migrate` does to a
+// database it migrated before: in parallel (the database is its own), an
+// empty database brought to the latest version by `bridge migrate`, and the
+// environment that points the CLI at it.
+func migratedByCLI(t *testing.T) (*pgtest.DB, map[string]string) {
+	t.Helper()
+	t.Parallel()
+	db := pgtest.Empty(t)
+	env := map[string]string{"DATABASE_URL": db.URL}
+	if r := bridge(t, env, "migrate"); r.code != ExitOK {
+		t.Fatalf("migrate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	return db, env
 }

@@ -184,12 +184,7 @@ func TestMigrateConcurrentReplicas(t *testing.T) {
 }
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {
-	t.Parallel()
-	db := pgtest.Empty(t)
-	ctx := context.Background()
-	if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	db, ctx := migratedParallel(t)
 	newer := database.LatestVersion() + 1
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES ($1, true)`, newer); err != nil {
 		t.Fatalf("record a newer version: %v", err)
@@ -226,7 +221,6 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 // vouch for; readiness says the same.
 func TestMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	cases := []struct {
 		name    string
 		history func(t *testing.T, db *pgtest.DB)
@@ -253,11 +247,7 @@ func TestMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			db := pgtest.Empty(t)
-			if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
+			db, ctx := migratedParallel(t)
 			c.history(t, db)
 			before, err := database.SchemaVersion(ctx, db.Pool)
 			if err != nil {
@@ -290,12 +280,7 @@ func TestMigrateRefusesDatabaseFromBeforeTheFold(t *testing.T) {
 // folded into the baseline) records version 30: it has that migration's
 // effect, so it is current, and Migrate carries on from it.
 func TestMigrateAcceptsMigrationFoldedIntoTheBaseline(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.Empty(t)
-	if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	db, ctx := migratedParallel(t)
 	exec(t, db, `INSERT INTO public.`+database.MigrationsTable+` (version_id, is_applied) VALUES (30, true)`)
 	if res, err := database.Migrate(ctx, db.Pool, nil); err != nil || len(res.Applied) != 0 {
 		t.Fatalf("Migrate with 00030 recorded = %+v, %v; want nothing applied and no error", res, err)
@@ -308,12 +293,7 @@ func TestMigrateAcceptsMigrationFoldedIntoTheBaseline(t *testing.T) {
 // A database that records a migration this build does not carry (below its
 // latest: a different build's) is refused too, rather than migrated around it.
 func TestMigrateRefusesUnknownVersion(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.Empty(t)
-	if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	db, ctx := migratedParallel(t)
 	// 8 and 9 are never used: new migrations take reserved ranges from 10.
 	const stray = lastFolded + 1
 	if slices.Contains(migrationVersions(t), stray) || stray >= database.LatestVersion() {
@@ -494,4 +474,18 @@ func TestConnectUnparseableURLNamesVariable(t *testing.T) {
 		}
 		t.Logf("%v", err)
 	}
+}
+
+// migratedParallel is the opening of a test of what Migrate does to a
+// database it migrated before: the test runs in parallel (the database is its
+// own) on an empty database brought to the latest version by Migrate itself
+// (not pgtest's template), and gets t's context.
+func migratedParallel(t *testing.T) (*pgtest.DB, context.Context) {
+	t.Helper()
+	t.Parallel()
+	db, ctx := pgtest.Empty(t), t.Context()
+	if _, err := database.Migrate(ctx, db.Pool, nil); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return db, ctx
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/e2e"
-	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
@@ -22,10 +21,7 @@ import (
 // (Gapless): the history, then the live events, with nothing lost or
 // repeated at the seam.
 func TestSubscriptionWithHistoryGetsEveryEventOnceInOrder(t *testing.T) {
-	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	topic := kafkatest.CreateTopic(t, brokers, 3, nil)
-	p := e2e.New(t, e2e.Config{Brokers: brokers, Topic: topic})
+	p := realPipeline(t, 3, false, e2e.Config{})
 	ctx := context.Background()
 	p.StartConsumerAndDeliverer()
 	p.StartRelay(0)

@@ -35,11 +35,7 @@ import (
 // healthy subscriber (the pipeline's own) receives all three, in order, from
 // the real broker.
 func TestOperationalEventsConvergeForAFailingSubscriberOfThemselves(t *testing.T) {
-	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	topic := kafkatest.CreateTopic(t, brokers, 3, nil)
-	ops := kafkatest.CreateTopic(t, brokers, 1, nil)
-	p := e2e.New(t, e2e.Config{Brokers: brokers, Topic: topic, OperationsTopic: ops, DisableAfter: 3})
+	p := realPipeline(t, 3, true, e2e.Config{DisableAfter: 3})
 	ctx := context.Background()
 
 	var failed atomic.Int64
@@ -64,7 +60,7 @@ func TestOperationalEventsConvergeForAFailingSubscriberOfThemselves(t *testing.T
 		Payload       json.RawMessage
 	}
 	opsRows := func() []opRow {
-		return pgtest.Structs[opRow](t, p.DB.Pool, `SELECT id::text, event_type, payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, ops)
+		return pgtest.Structs[opRow](t, p.DB.Pool, `SELECT id::text, event_type, payload FROM bridge.outbox WHERE topic = $1 ORDER BY seq`, p.OperationsTopic)
 	}
 	// Converged: S disabled, every outbox row sent and consumed, no delivery
 	// open — nothing can announce anything any more.
@@ -101,7 +97,7 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 			t.Fatalf("%s payload %s: %v", got[i].EventType, got[i].Payload, err)
 		}
 	}
-	if dead.SubscriptionID != s.ID || dead.EventID != domainID || dead.Topic != topic || dead.Cause != contract.CauseAttempts ||
+	if dead.SubscriptionID != s.ID || dead.EventID != domainID || dead.Topic != p.Topic || dead.Cause != contract.CauseAttempts ||
 		dead.StatusCode != 500 || dead.Attempts != 1 || dead.AssetID == nil || *dead.AssetID != "a1" {
 		t.Errorf("delivery.dead payload %s", got[0].Payload)
 	}
@@ -132,9 +128,9 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 
 	// And they are on the broker, keyed by the subscription, with the
 	// contract's headers.
-	recs := kafkatest.ConsumeAll(t, brokers, ops, 3, 30*time.Second)
+	recs := kafkatest.ConsumeAll(t, p.Brokers, p.OperationsTopic, 3, 30*time.Second)
 	if len(recs) != 3 {
-		t.Fatalf("%d records on %s, want 3", len(recs), ops)
+		t.Fatalf("%d records on %s, want 3", len(recs), p.OperationsTopic)
 	}
 	for i, rec := range recs {
 		ev, err := contract.Decode(rec)
@@ -155,17 +151,13 @@ SELECT (SELECT enabled FROM bridge.subscriptions WHERE id = $1),
 // topic cannot be produced to, each announcement would be parked and
 // announced in turn).
 func TestParkedRowIsAnnouncedInTheParkingTransaction(t *testing.T) {
-	t.Parallel()
-	brokers := kafkatest.RealBrokers(t)
-	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
-	ops := kafkatest.CreateTopic(t, brokers, 1, nil)
-	p := e2e.New(t, e2e.Config{Brokers: brokers, Topic: topic, OperationsTopic: ops})
+	p := realPipeline(t, 1, true, e2e.Config{})
 	ctx := context.Background()
 	big := `{"blob":"` + strings.Repeat("x", 1500) + `"}`
 	bigID := p.Enqueue(ctx, "a1", big)
 	var opsBigID string
 	err := pgx.BeginFunc(ctx, p.DB.Pool, func(tx pgx.Tx) error {
-		id, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: ops, AssetID: "x", EventType: "test.big", Payload: json.RawMessage(big)})
+		id, err := outbox.Enqueue(ctx, tx, outbox.Event{Topic: p.OperationsTopic, AssetID: "x", EventType: "test.big", Payload: json.RawMessage(big)})
 		opsBigID = id.String()
 		return err
 	})
@@ -174,7 +166,7 @@ func TestParkedRowIsAnnouncedInTheParkingTransaction(t *testing.T) {
 	}
 	p.StartRelay(1000)
 
-	recs := kafkatest.ConsumeAll(t, brokers, ops, 1, 60*time.Second)
+	recs := kafkatest.ConsumeAll(t, p.Brokers, p.OperationsTopic, 1, 60*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("%d records on the operations topic, want 1", len(recs))
 	}
@@ -186,8 +178,8 @@ func TestParkedRowIsAnnouncedInTheParkingTransaction(t *testing.T) {
 	if err := json.Unmarshal(ev.Payload, &f); err != nil {
 		t.Fatal(err)
 	}
-	if ev.EventType != contract.OpOutboxFailed || string(recs[0].Key) != contract.OperationsAssetForTopic(topic) ||
-		f.ID != bigID || f.Topic != topic || f.AssetID == nil || *f.AssetID != "a1" || f.AssetSeq != 1 ||
+	if ev.EventType != contract.OpOutboxFailed || string(recs[0].Key) != contract.OperationsAssetForTopic(p.Topic) ||
+		f.ID != bigID || f.Topic != p.Topic || f.AssetID == nil || *f.AssetID != "a1" || f.AssetSeq != 1 ||
 		f.EventType != "asset.updated" || f.Attempts != 1 || f.Error == "" || f.FailedAt.IsZero() {
 		t.Errorf("record %s key %s: %s", ev.EventType, recs[0].Key, ev.Payload)
 	}

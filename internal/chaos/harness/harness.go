@@ -140,12 +140,17 @@ func WaitGone(pid int, timeout time.Duration) bool {
 
 // Ping connects to url once.
 func Ping(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return withConn(url, 5*time.Second, func(ctx context.Context, c *pgx.Conn) error { return c.Ping(ctx) })
+}
+
+// withConn runs do on a connection to url, all of it within timeout.
+func withConn(url string, timeout time.Duration, do func(context.Context, *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer c.Close(ctx)
-	return c.Ping(ctx)
+	return do(ctx, c)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PG is a PostgreSQL instance of the test's own: initdb'd into a directory
@@ -185,13 +186,8 @@ func WaitReady(url string, timeout time.Duration) error {
 
 // CreateDB creates database name on the server adminURL points to.
 func CreateDB(adminURL, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
+	return withConn(adminURL, 30*time.Second, func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 		return err
-	}
-	defer c.Close(ctx)
-	_, err = c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
+	})
 }

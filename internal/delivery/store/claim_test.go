@@ -20,6 +20,37 @@ func claimOnce(t *testing.T, b *testBundle, by string, limit int) []Claim {
 	return cs
 }
 
+// claimAndCheck claims up to limit deliveries for by, then checks the
+// claim's invariant on the table itself: no (subscription, asset) has two
+// deliveries in flight. Workers call it from their own goroutines, so it
+// returns what went wrong instead of failing the test.
+func (b *testBundle) claimAndCheck(ctx context.Context, by string, limit, round int) ([]Claim, error) {
+	cs, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: by, Limit: limit, MaxInFlight: 100, Lease: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	var violations int
+	if err := b.pool.QueryRow(ctx, `
+SELECT count(*) FROM (
+  SELECT subscription_id, coalesce(asset_id, '') FROM bridge.deliveries WHERE status = 'delivering'
+  GROUP BY 1, 2 HAVING count(*) > 1) v`).Scan(&violations); err != nil {
+		return nil, err
+	}
+	if violations > 0 {
+		return nil, fmt.Errorf("round %d: %d streams with two deliveries in flight", round, violations)
+	}
+	return cs, nil
+}
+
+// wantOnlyClaimed claims and fails the test unless the claim is exactly the
+// delivery want; when says at which step of the test.
+func wantOnlyClaimed(t *testing.T, b *testBundle, when string, want int64) {
+	t.Helper()
+	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != want {
+		t.Fatalf("%s claimed %v, want only %d", when, got, want)
+	}
+}
+
 func TestClaimTwoWorkersNeverHoldTwoDeliveriesOfOneStream(t *testing.T) {
 	b, ctx := setup(t)
 	subs := []*Subscription{b.createSub(t, "https://a.example/hook"), b.createSub(t, "https://b.example/hook")}
@@ -47,22 +78,9 @@ func TestClaimTwoWorkersNeverHoldTwoDeliveriesOfOneStream(t *testing.T) {
 		wg.Go(func() {
 			by := "worker-" + string(rune('a'+w))
 			for round := 0; round < 2000; round++ {
-				cs, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: by, Limit: 3, MaxInFlight: 100, Lease: time.Minute})
+				cs, err := b.claimAndCheck(ctx, by, 3, round)
 				if err != nil {
 					errs <- err
-					return
-				}
-				var violations int
-				err = b.pool.QueryRow(ctx, `
-SELECT count(*) FROM (
-  SELECT subscription_id, coalesce(asset_id, '') FROM bridge.deliveries WHERE status = 'delivering'
-  GROUP BY 1, 2 HAVING count(*) > 1) v`).Scan(&violations)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if violations > 0 {
-					errs <- fmt.Errorf("round %d: %d streams with two deliveries in flight", round, violations)
 					return
 				}
 				for _, c := range cs {
@@ -157,9 +175,7 @@ func TestClaimHoldsLaterEventBehindEarlierWaitingToRetry(t *testing.T) {
 	if _, err := b.store.Complete(ctx, &cs[0], "w", Outcome{StartedAt: time.Now(), StatusCode: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != second {
-		t.Fatalf("claim = %v, want %d", got, second)
-	}
+	wantOnlyClaimed(t, b, "claim", second)
 }
 
 func TestClaimNullAssetStreamIsOrdered(t *testing.T) {
@@ -201,9 +217,7 @@ func TestClaimSkipsDisabledSubscription(t *testing.T) {
 	if _, err := b.subs.Enable(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != id {
-		t.Fatalf("after enable claimed %v, want %d", got, id)
-	}
+	wantOnlyClaimed(t, b, "after enable", id)
 }
 
 func TestClaimBoundsInFlightPerSubscriptionAndIsFair(t *testing.T) {
@@ -337,9 +351,7 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 		t.Fatalf("claimed %v from an empty stream", ids(got))
 	}
 	second := b.insert(t, s.ID, "x", 2, `{}`)
-	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != second {
-		t.Fatalf("after an insert into a parked stream claimed %v, want %d", got, second)
-	}
+	wantOnlyClaimed(t, b, "after an insert into a parked stream", second)
 
 	// In flight with a row behind: the claim parks it; the outcome wakes it.
 	third := b.insert(t, s.ID, "x", 3, `{}`)
@@ -366,9 +378,7 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 	if _, _, err := b.store.Revive(ctx, []int64{third}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(claimOnce(t, b, "w", 10)); len(got) != 1 || got[0] != third {
-		t.Fatalf("after revive claimed %v, want %d", got, third)
-	}
+	wantOnlyClaimed(t, b, "after revive", third)
 }
 
 // Retries, deaths and revives running alongside the claims: a revive reopens
@@ -406,21 +416,9 @@ func TestClaimInvariantHoldsThroughRetriesDeathsAndRevives(t *testing.T) {
 		wg.Go(func() {
 			by := fmt.Sprintf("worker-%d", w)
 			for round := 0; round < 3000; round++ {
-				cs, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: by, Limit: 4, MaxInFlight: 100, Lease: time.Minute})
+				cs, err := b.claimAndCheck(ctx, by, 4, round)
 				if err != nil {
 					errs <- err
-					return
-				}
-				var violations int
-				if err := b.pool.QueryRow(ctx, `
-SELECT count(*) FROM (
-  SELECT subscription_id, coalesce(asset_id, '') FROM bridge.deliveries WHERE status = 'delivering'
-  GROUP BY 1, 2 HAVING count(*) > 1) v`).Scan(&violations); err != nil {
-					errs <- err
-					return
-				}
-				if violations > 0 {
-					errs <- fmt.Errorf("round %d: %d streams with two deliveries in flight", round, violations)
 					return
 				}
 				for i := range cs {

@@ -19,18 +19,18 @@ type testBundle struct {
 }
 
 // setup is every test's opening: the stores over a database of the test's
-// own (pgtest.New), and the test's context, cancelled as the test ends so
-// nothing the test started outlives it. It marks the test parallel: no two
-// tests share a database, so none can see another's rows.
+// own and the test's context (pgtest.NewParallel: the test runs in parallel,
+// since no other test sees its rows).
 func setup(t *testing.T) (*testBundle, context.Context) {
 	t.Helper()
-	t.Parallel()
-	return setupB(t), t.Context()
+	db, ctx := pgtest.NewParallel(t)
+	return newBundle(db), ctx
 }
 
-func setupB(t testing.TB) *testBundle {
-	t.Helper()
-	db := pgtest.New(t)
+// setupB is setup for a benchmark, which runs alone.
+func setupB(b testing.TB) *testBundle { return newBundle(pgtest.New(b)) }
+
+func newBundle(db *pgtest.DB) *testBundle {
 	return &testBundle{
 		db:    db,
 		pool:  db.Pool,
