@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,8 +8,7 @@ import (
 )
 
 func TestDeliveriesRecoverRevivesOnlyTheWindowAndRefusesBadInput(t *testing.T) {
-	db := webhookCLIEnv(t)
-	ctx := context.Background()
+	db, ctx := webhookCLIEnv(t)
 	sub, other := insertSubscription(t, db), insertSubscription(t, db)
 	base := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
 	insert := func(sub string, n int, status string, created time.Time) int64 {

@@ -11,8 +11,7 @@ import (
 )
 
 func TestDeliveriesCLILogNeverPrintsPayloads(t *testing.T) {
-	db := webhookCLIEnv(t)
-	ctx := context.Background()
+	db, ctx := webhookCLIEnv(t)
 	const marker = "PAYLOAD-MARKER-c41d"
 	sub := insertSubscription(t, db)
 	var id int64
@@ -83,8 +82,7 @@ VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exp
 }
 
 func TestDeliveriesCLIPaging(t *testing.T) {
-	db := webhookCLIEnv(t)
-	ctx := context.Background()
+	db, ctx := webhookCLIEnv(t)
 	sub := insertSubscription(t, db)
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, payload, event_created_at)
@@ -142,8 +140,7 @@ SELECT $1, 'e' || g, 't', 'assets', '{}', now() FROM generate_series(1, 5) g`, s
 // Every listing's -o json has one shape, the admin API's:
 // {"items": [...], "next_cursor": …} (next_cursor only when there is more).
 func TestListingsShareOneJSONShape(t *testing.T) {
-	db := webhookCLIEnv(t)
-	ctx := context.Background()
+	db, ctx := webhookCLIEnv(t)
 	sub := insertSubscription(t, db)
 	var id int64
 	if err := db.Pool.QueryRow(ctx, `

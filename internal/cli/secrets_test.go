@@ -28,7 +28,7 @@ func storedSecrets(t *testing.T, db *pgtest.DB) []string {
 // seals the plain-text secrets and those under older keys, reporting what
 // it did, and has nothing left to do when run again.
 func TestSecretsCLIRotateKey(t *testing.T) {
-	db := webhookCLIEnv(t)
+	db, _ := webhookCLIEnv(t)
 	create := func(url string) string {
 		t.Helper()
 		var sub struct{ ID, Secret string }

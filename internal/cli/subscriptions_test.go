@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,15 +11,16 @@ import (
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
-// webhookCLIEnv points the commands at a fresh database. Tests that use it are not
-// parallel: they set the process environment the commands read.
-func webhookCLIEnv(t *testing.T) *pgtest.DB {
+// webhookCLIEnv points the commands at a fresh database and returns it with
+// t's context. Tests that use it are not parallel: they set the process
+// environment the commands read.
+func webhookCLIEnv(t *testing.T) (*pgtest.DB, context.Context) {
 	t.Helper()
 	db := pgtest.New(t)
 	t.Setenv("DATABASE_URL", db.URL)
 	t.Setenv("WEBHOOK_ALLOW_HTTP", "")
 	t.Setenv("BRIDGE_SECRET_KEYS", keyringtest.Keys)
-	return db
+	return db, t.Context()
 }
 
 func runBridge(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -32,8 +31,7 @@ func TestTermSafe(t *testing.T) {
 // operator typed as a reason and an application's asset id reach the
 // table escaped, never raw; -o json keeps them exact.
 func TestTablesEscapeControlCharacters(t *testing.T) {
-	db := webhookCLIEnv(t)
-	ctx := context.Background()
+	db, ctx := webhookCLIEnv(t)
 	const evil = "\x1b]0;owned\x07\x1b[2J"
 	var sub string
 	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types, enabled, disabled_reason, disabled_at)

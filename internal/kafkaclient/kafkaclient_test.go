@@ -277,11 +277,7 @@ type issued struct {
 
 func newCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	cert, der, key := signed(t, &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "bridge test CA"},
 		NotBefore:             time.Now().Add(-time.Hour),
@@ -289,8 +285,22 @@ func newCA(t *testing.T) *testCA {
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, nil, nil)
+	return &testCA{cert: cert, key: key, der: der}
+}
+
+// signed makes a P-256 key and a certificate for it from tmpl, signed with
+// parentKey as parent (parent nil: self-signed).
+func signed(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, []byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +308,7 @@ func newCA(t *testing.T) *testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testCA{cert: cert, key: key, der: der}
+	return cert, der, key
 }
 
 func (ca *testCA) writeCert(t *testing.T, dir string) string {
@@ -316,11 +326,7 @@ func (ca *testCA) writeCert(t *testing.T, dir string) string {
 
 func (ca *testCA) issue(t *testing.T, name string, ips []net.IP) *issued {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	leaf, der, key := signed(t, &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: name},
 		DNSNames:     []string{name},
@@ -329,15 +335,7 @@ func (ca *testCA) issue(t *testing.T, name string, ips []net.IP) *issued {
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, ca.cert, ca.key)
 	return &issued{leaf: leaf, der: der, key: key}
 }
 

@@ -34,6 +34,19 @@ func newMetrics(t *testing.T, every time.Duration) *Metrics {
 	return m
 }
 
+// scrapeObserved scrapes a fresh Metrics (refreshed every millisecond) once
+// observe has registered its gauges, and unregisters them after.
+func scrapeObserved(t *testing.T, observe func(*Metrics) (func() error, error)) metricstest.Families {
+	t.Helper()
+	m := newMetrics(t, time.Millisecond)
+	unregister, err := observe(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unregister() //nolint:errcheck
+	return metricstest.Scrape(t, m.Handler())
+}
+
 func want(t *testing.T, f metricstest.Families, name string, labels map[string]string, v float64) {
 	t.Helper()
 	got, ok := f.Value(name, labels)
@@ -228,13 +241,7 @@ func TestOutboxGaugesFromDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := newMetrics(t, time.Millisecond)
-	unregister, err := m.ObserveOutbox(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unregister() //nolint:errcheck
-	f := metricstest.Scrape(t, m.Handler())
+	f := scrapeObserved(t, func(m *Metrics) (func() error, error) { return m.ObserveOutbox(db.Pool) })
 	want(t, f, "bridge_outbox_rows", map[string]string{"status": "NEW"}, 2)
 	want(t, f, "bridge_outbox_rows", map[string]string{"status": "FAILED"}, 1)
 	want(t, f, "bridge_outbox_rows", map[string]string{"status": "SENT"}, 0)
@@ -274,13 +281,7 @@ VALUES ($1, gen_random_uuid()::text, 'asset.created', 'assets', 'a1', '{}', now(
 	ins(subA, "dead", 2*time.Hour)
 	ins(subB, "delivered", time.Minute)
 
-	m := newMetrics(t, time.Millisecond)
-	unregister, err := m.ObserveDeliveries(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unregister() //nolint:errcheck
-	f := metricstest.Scrape(t, m.Handler())
+	f := scrapeObserved(t, func(m *Metrics) (func() error, error) { return m.ObserveDeliveries(db.Pool) })
 	want(t, f, "bridge_deliveries", map[string]string{"status": "pending"}, 2)
 	want(t, f, "bridge_deliveries", map[string]string{"status": "delivering"}, 1)
 	want(t, f, "bridge_deliveries", map[string]string{"status": "delivered"}, 2)
