@@ -24,7 +24,7 @@ func inTx(t *testing.T, db *pgtest.DB, fn func(tx pgx.Tx) error) error {
 }
 
 func TestEnqueueRejectsBadInput(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	cases := []struct {
 		name string
 		ev   outbox.Event
@@ -60,7 +60,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 // The SQL function is the contract for every other language: it refuses the
 // same inputs with errors that say what is wrong.
 func TestSQLEnqueueRejectsBadInput(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	cases := []struct {
 		name, sql, want string
 	}{
@@ -112,7 +112,7 @@ var goodTopics = []string{"assets", "a", "A.b_c-9", "...", "_single", strings.Re
 
 // Every good topic is enqueued by the Go API too.
 func TestEnqueueAcceptsKafkaTopicNames(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	for _, topic := range goodTopics {
 		err := inTx(t, db, func(tx pgx.Tx) error {
 			_, err := outbox.Enqueue(context.Background(), tx, outbox.Event{Topic: topic, EventType: "e", Payload: json.RawMessage(`{}`)})
@@ -127,7 +127,8 @@ func TestEnqueueAcceptsKafkaTopicNames(t *testing.T) {
 // A malformed traceparent is dropped with a warning, never failing the
 // business transaction.
 func TestSQLEnqueueDropsMalformedTraceparent(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	var warnings []string
 	connCfg, _ := pgx.ParseConfig(db.URL)
 	connCfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { warnings = append(warnings, n.Message) }
@@ -156,7 +157,7 @@ func TestSQLEnqueueDropsMalformedTraceparent(t *testing.T) {
 
 // Enqueue captures the caller's span context.
 func TestEnqueueCapturesTraceContext(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ts, _ := trace.ParseTraceState("vendor=abc")
@@ -186,7 +187,8 @@ func TestEnqueueCapturesTraceContext(t *testing.T) {
 // asset_seq is gapless per asset: a rolled-back transaction leaves no hole;
 // "" is the null-asset stream.
 func TestAssetSeqGaplessAcrossRollback(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	ev := func(asset string) outbox.Event {
 		return outbox.Event{Topic: "t", AssetID: asset, EventType: "e", Payload: json.RawMessage(`1`)}
 	}
@@ -228,7 +230,8 @@ func TestAssetSeqGaplessAcrossRollback(t *testing.T) {
 // Batches that touch the same assets in opposite orders do not deadlock:
 // EnqueueBatch takes the per-asset locks in sorted order.
 func TestEnqueueBatchOppositeOrdersDoNotDeadlock(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	mk := func(assets ...string) []outbox.Event {
 		var out []outbox.Event
 		for _, a := range assets {

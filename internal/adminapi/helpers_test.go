@@ -117,13 +117,13 @@ type bundle struct {
 // sees its rows).
 func setup(t *testing.T) (*bundle, context.Context) {
 	t.Helper()
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	sawDB.Store(true)
 	mux := http.NewServeMux()
 	if !Mount(mux, Config{Token: testToken, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour}) {
 		t.Fatal("Mount with a token mounted nothing")
 	}
-	return &bundle{db: db, mux: mux}, ctx
+	return &bundle{db: db, mux: mux}, t.Context()
 }
 
 // result is one response.

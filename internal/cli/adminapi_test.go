@@ -14,7 +14,7 @@ import (
 // The admin API is on HTTP_ADDR of a long-running command exactly when
 // ADMIN_TOKEN is set; health and metrics are there either way.
 func TestRuntimeMountsAdminAPIOnlyWithToken(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	for _, tc := range []struct {
 		token string
 		want  map[string]int // path → status with "Bearer <token>"

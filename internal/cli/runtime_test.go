@@ -48,7 +48,8 @@ func readyzOf(t *testing.T, base string) (int, opsserver.Readiness) {
 // plausible values, the oldest NEW row's age growing while the broker is
 // down and back to 0 after, the outage gauge, and /readyz following Kafka.
 func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	broker := kafkatest.Fake(t)
 	brokerAddr := broker.ListenAddrs()[0]
 	// The broker "stops" by dropping every request's connection (the way
@@ -234,7 +235,7 @@ func TestRuntimeOpsServerAndRelayMetrics(t *testing.T) {
 // An empty HTTP_ADDR runs no server; a bad OTEL_* variable stops the
 // command with a configuration error naming it.
 func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	cfg, err := config.Load(map[string]string{"DATABASE_URL": db.URL, "BRIDGE_ALLOW_PLAINTEXT_SECRETS": "true"}, config.Needs{Database: true})
 	if err != nil {
 		t.Fatal(err)

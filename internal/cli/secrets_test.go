@@ -158,7 +158,7 @@ func TestDeliverRefusesToStartWithoutTheKeys(t *testing.T) {
 // Each start says so when secrets are (or will be) stored in plain text or
 // under the published development key; never the key material.
 func TestRuntimeWarnsAboutPlaintextAndDevKeys(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	if _, err := db.Pool.Exec(context.Background(), `
 WITH s AS (INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://a.example/', '{*}') RETURNING id)
 INSERT INTO bridge.subscription_secrets (subscription_id, secret) SELECT id, 'whsec_cGxhaW4tdGV4dC1zZWNyZXQtcGxhaW4tdGV4dC1zZWM=' FROM s`); err != nil {

@@ -112,7 +112,8 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 		{"run", true},
 	} {
 		t.Run(tc.command, func(t *testing.T) {
-			db, ctx := pgtest.NewParallel(t)
+			db := pgtest.NewParallel(t)
+			ctx := t.Context()
 			u, err := url.Parse(db.URL)
 			if err != nil {
 				t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // browser); a polling fragment after the end asks htmx to go to the sign-in
 // page; a POST without the CSRF token changes nothing.
 func TestSessionOverTLS(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	mux := http.NewServeMux()
 	ui, err := console.Mount(mux, console.Config{Config: adminapi.Config{Token: token, Pool: db.Pool}, SessionTTL: 15 * time.Second, SampleEvery: time.Second})
 	if err != nil || ui == nil {

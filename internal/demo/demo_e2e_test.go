@@ -130,7 +130,7 @@ func checkClean(t *testing.T, db *pgtest.DB, sum *demo.Summary, events int) {
 }
 
 func TestDemoEmbeddedBroker(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	const events = 300
 	sum, err := run(t, context.Background(), db, nil, demo.Options{Events: events, Assets: 12, Rate: 600, Timeout: time.Minute})
 	if err != nil {
@@ -167,7 +167,8 @@ func TestDemoRealBroker(t *testing.T) {
 }
 
 func TestDemoCancelledMidRunReturnsSummarySoFar(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cancelledAt atomic.Int64
@@ -219,7 +220,8 @@ func TestDemoCancelledMidRunReturnsSummarySoFar(t *testing.T) {
 // in the database, the demo's relay would send them to its own broker and
 // mark them SENT. It runs next door instead, in "<name>_demo".
 func TestDemoLeavesOtherApplicationsEventsAlone(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	var id string
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT bridge.enqueue('orders', 'order-1', 'order.placed', '{}')::text`).Scan(&id)
@@ -257,7 +259,8 @@ func TestDemoLeavesOtherApplicationsEventsAlone(t *testing.T) {
 // leaves it untouched and runs in "<name>_demo" instead — and recreates that
 // one when it is itself from before the baseline (it is the demo's own).
 func TestDemoMovesAwayFromADatabaseFromBeforeTheBaseline(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	preFold := func(t *testing.T, pool *pgxpool.Pool) {
 		t.Helper()
 		if _, err := pool.Exec(ctx, `DELETE FROM public.`+database.MigrationsTable+` WHERE version_id > 1`); err != nil {

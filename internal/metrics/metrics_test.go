@@ -217,7 +217,8 @@ func TestRefreshErrorsCounted(t *testing.T) {
 
 // The outbox gauges read the real table through outboxstore.ReadStats.
 func TestOutboxGaugesFromDatabase(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,8 @@ func TestOutboxGaugesFromDatabase(t *testing.T) {
 
 // The delivery gauges read bridge.deliveries and bridge.subscriptions.
 func TestDeliveryGaugesFromDatabase(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	var subA, subB, subOff string
 	for _, p := range []struct {
 		id      *string
@@ -315,7 +317,7 @@ func TestAdminAuthFailures(t *testing.T) {
 // time the relay reports anything for the topic. Histograms have no zero
 // form and are left out. The list comes from docs/observability.md.
 func TestDocumentedSeriesStartAtZero(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	m := newMetrics(t, time.Hour)
 	m.Relay()
 	m.Deliveries()

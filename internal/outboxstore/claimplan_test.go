@@ -18,7 +18,8 @@ import (
 // for the table as it is; here it must take well under a second. The
 // bound is loose on purpose (a slow CI machine): the failure is 15 s.
 func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)

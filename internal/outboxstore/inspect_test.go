@@ -13,7 +13,8 @@ import (
 // and the replay alike (one WHERE clause), and GetRow reads any status with
 // headers and the payload only when asked.
 func TestFailedFilters(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	enqueue := func(topic, asset, typ string) uuid.UUID {
 		var id uuid.UUID
 		err := db.Pool.QueryRow(ctx, `SELECT bridge.enqueue($1, $2, $3, '{"x":1}', '{"h":"v"}',

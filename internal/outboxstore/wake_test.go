@@ -19,7 +19,8 @@ import (
 // that rolled back); every replay statement notifies with the lowest seq it
 // replayed, and a replay of nothing notifies nobody.
 func TestWakeUpsCarryTheLowestSeqThatBecameNew(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	listener, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -56,12 +56,11 @@ type DB struct {
 
 // NewParallel is the opening of a test whose state is its database: it marks
 // t parallel (no other test can see this database's rows, so none can
-// disturb it) and returns a fresh database (New) and t's context, cancelled
-// as t ends so nothing the test started outlives it.
-func NewParallel(t *testing.T) (*DB, context.Context) {
+// disturb it) and returns a fresh database (New).
+func NewParallel(t *testing.T) *DB {
 	t.Helper()
 	t.Parallel()
-	return New(t), t.Context()
+	return New(t)
 }
 
 // New creates a fresh migrated database for t, dropped when t ends.

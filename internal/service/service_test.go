@@ -214,7 +214,8 @@ func TestReplicaIDIsUnique(t *testing.T) {
 // kills the LISTEN connection, Listen reconnects, wakes the reader once for
 // the gap, and later notifications arrive again.
 func TestListenWakesAndReconnects(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log, buf := newLogger()

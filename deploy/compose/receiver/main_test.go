@@ -19,7 +19,8 @@ import (
 // The receiver subscribes through the real admin API; started again, it
 // rotates its subscription's secret instead of creating a second one.
 func TestSubscribeThroughAdminAPI(t *testing.T) {
-	db, ctx := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
 	mux := http.NewServeMux()
 	adminapi.Mount(mux, adminapi.Config{Token: "tok", Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour})
 	api := httptest.NewServer(mux)

@@ -15,7 +15,7 @@ import (
 )
 
 func TestRunDeliversEverythingInOrder(t *testing.T) {
-	db, _ := pgtest.NewParallel(t)
+	db := pgtest.NewParallel(t)
 	res, err := Run(context.Background(), db.Pool, Options{
 		Subscriptions: 2, Assets: 3, Events: 300, LiveEvents: 60, LiveRate: 300,
 		Deliverer: delivery.Config{Workers: 8, PollInterval: 50 * time.Millisecond},

@@ -23,8 +23,7 @@ type testBundle struct {
 // since no other test sees its rows).
 func setup(t *testing.T) (*testBundle, context.Context) {
 	t.Helper()
-	db, ctx := pgtest.NewParallel(t)
-	return newBundle(db), ctx
+	return newBundle(pgtest.NewParallel(t)), t.Context()
 }
 
 // setupB is setup for a benchmark, which runs alone.
