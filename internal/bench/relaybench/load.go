@@ -274,8 +274,8 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	}
 	adm := kadm.NewClient(clients[0])
 	topic := fmt.Sprintf("bridge-bench-sustain-%d", time.Now().UnixNano())
-	if _, err := adm.CreateTopic(ctx, o.Partitions, -1, nil, topic); err != nil {
-		return nil, fmt.Errorf("create bench topic: %w", err)
+	if err := createTopic(ctx, adm, topic, o.Partitions); err != nil {
+		return nil, err
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
 	// Each relay's client learns the new topic's partitions before the load
@@ -284,7 +284,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	// one-off that a 1-minute run would otherwise report as its p99. The
 	// warm-up records carry no dedup-id, so nothing counts them.
 	for _, c := range clients {
-		if err := c.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("warm-up"), Value: []byte(`"warm-up"`)}).FirstErr(); err != nil {
+		if err := warmUp(ctx, c, topic, []byte(`"warm-up"`)); err != nil {
 			return nil, fmt.Errorf("warm up the bench topic: %w", err)
 		}
 	}
