@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/keyring"
 )
@@ -412,37 +413,54 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	var tokens []float64
 	var rates []int32
 	loops := max(p.Loops, 1)
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		// The locks and the subscriptions in one round trip: they are two
-		// statements (the claim's snapshot must follow the locks), not two
-		// waits for the scheduler on a busy machine.
-		b := &pgx.Batch{}
+	// The locks and the subscriptions in one round trip: they are two
+	// statements (the claim's snapshot must follow the locks), not two
+	// waits for the scheduler on a busy machine.
+	first := func(b *pgx.Batch) {
 		b.Queue(claimLockSQL)
 		b.Queue(claimSubscriptionsSQL, loops, p.Loop).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&subs, &res.Contended, &rated, &tokens, &rates)
 		})
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
+	}
+	// claimArgs reserves (p.Reserve) once the subscriptions are known and
+	// returns claimSQL's arguments; false: nothing to claim.
+	claimArgs := func() ([]any, bool) {
 		if len(subs) == 0 {
-			return nil
+			return nil, false
 		}
 		if p.Reserve != nil {
 			if p.Limit, p.Bytes = p.Reserve(len(subs)); p.Limit <= 0 {
-				return nil
+				return nil, false
 			}
 		}
 		budget := int64(p.Bytes)
 		if budget <= 0 {
 			budget = math.MaxInt64
 		}
-		rows, err := tx.Query(ctx, claimSQL, p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget, rated, tokens)
-		if err != nil {
+		return []any{p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget, rated, tokens}, true
+	}
+	var err error
+	if pool, ok := s.db.(*pgxpool.Pool); ok {
+		err = claimPipelined(ctx, pool, first, claimArgs, &res.Claims)
+	} else {
+		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			first(b)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			args, ok := claimArgs()
+			if !ok {
+				return nil
+			}
+			rows, err := tx.Query(ctx, claimSQL, args...)
+			if err != nil {
+				return err
+			}
+			res.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
 			return err
-		}
-		res.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim deliveries: %w", err)
 	}
@@ -453,6 +471,58 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	}
 	res.RateWait = rateWait(res.Claims, rated, tokens, rates)
 	return res, nil
+}
+
+// claimPipelined runs a claim's transaction on one of pool's connections in
+// two round trips — BEGIN with the first statements, then the claim with
+// COMMIT — instead of four (BEGIN, the first statements, the claim,
+// COMMIT). In bench pipeline (1,000 events/s × 3 subscriptions, a saturated
+// 2-core machine) the claim's connections were idle in transaction ~1.2 of
+// the time on average, waiting for this process to send the next message,
+// against 0.4 running the claim — while holding the subscriptions' locks,
+// which no other claim can take meanwhile. A statement that fails makes
+// PostgreSQL skip the rest of its pipeline, so COMMIT runs only after a
+// claim that succeeded, and the claims are returned only once it has: a
+// delivery is never sent on a claim that was not committed. A transaction
+// left open is rolled back before the connection goes back to the pool.
+func claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Batch), claimArgs func() ([]any, bool), into *[]Claim) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+				// Its state is unknown: it must not be handed out again.
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+		conn.Release()
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	first(b)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	args, ok := claimArgs()
+	if !ok {
+		_, err := conn.Exec(ctx, "COMMIT")
+		return err
+	}
+	var claims []Claim
+	b = &pgx.Batch{}
+	b.Queue(claimSQL, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	*into = claims
+	return nil
 }
 
 // rateWait is ClaimResult.RateWait: the soonest next whole token of the
