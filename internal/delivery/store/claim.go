@@ -115,7 +115,12 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 //
 // Which streams to look at comes from bridge.delivery_streams: only those whose ready_at has come, per enabled subscription oldest
 // first, at most what the subscription can take plus what it has in flight
-// plus 8. The cost follows the batch, not the backlog. A stream whose head
+// plus 8. The cost follows the batch, not the backlog. A subscription that
+// can take nothing (at its cap, or out of rate tokens) is not looked at at
+// all: its window was its cap's worth of streams in flight, each a head
+// probe, in every claim of its loop — an endpoint taking 5 s per answer sits
+// at its cap all the time, and the other subscriptions of its loop paid
+// for it. Its parks wait for a claim that can take from it. A stream whose head
 // waits for a retry is parked: ready_at moves to the head's next_attempt_at,
 // so however many rows wait behind it, it is not looked at until then (it was
 // 640 ms per claim with 20,000 rows behind one retrying head when the claim
@@ -207,7 +212,7 @@ ready AS (
     FROM bridge.delivery_streams st
     WHERE st.subscription_id = subs.id AND st.ready_at <= now()
     ORDER BY st.ready_at
-    LIMIT least($3::int, subs.take) + ($2::int - subs.free) + 8
+    LIMIT CASE WHEN subs.take > 0 THEN least($3::int, subs.take) + ($2::int - subs.free) + 8 ELSE 0 END
   ) r
 ),
 heads AS (
