@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,9 +24,7 @@ import (
 // the kept plan handles for one claim of 64: the batch's few hundred, not
 // the backlog.
 func TestClaimPlanMadeOnEmptyTablesStaysCheap(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,7 @@ func claimOnce(t *testing.T, b *testBundle, by string, limit int) []Claim {
 }
 
 func TestClaimTwoWorkersNeverHoldTwoDeliveriesOfOneStream(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	subs := []*Subscription{b.createSub(t, "https://a.example/hook"), b.createSub(t, "https://b.example/hook")}
 	const perStream = 15
 	assets := []string{"", "a1", "a2", "a3"}
@@ -120,9 +118,7 @@ SELECT count(*) FROM (
 }
 
 func TestClaimHoldsLaterEventBehindEarlierWaitingToRetry(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	first := b.insert(t, s.ID, "x", 1, `{}`)
 	second := b.insert(t, s.ID, "x", 2, `{}`)
@@ -167,9 +163,7 @@ func TestClaimHoldsLaterEventBehindEarlierWaitingToRetry(t *testing.T) {
 }
 
 func TestClaimNullAssetStreamIsOrdered(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	var want []int64
 	for i := range 5 {
@@ -192,9 +186,7 @@ func TestClaimNullAssetStreamIsOrdered(t *testing.T) {
 }
 
 func TestClaimSkipsDisabledSubscription(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.insert(t, s.ID, "x", 1, `{}`)
 	if _, err := b.subs.Disable(ctx, s.ID, "test"); err != nil {
@@ -215,9 +207,7 @@ func TestClaimSkipsDisabledSubscription(t *testing.T) {
 }
 
 func TestClaimBoundsInFlightPerSubscriptionAndIsFair(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	busy := b.createSub(t, "https://busy.example/hook")
 	quiet := b.createSub(t, "https://quiet.example/hook")
 	for i := range 50 {
@@ -249,9 +239,7 @@ func TestClaimBoundsInFlightPerSubscriptionAndIsFair(t *testing.T) {
 }
 
 func TestReclaimStalledKeepsTheAttempt(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.insert(t, s.ID, "x", 1, `{}`)
 	cs, err := b.store.Claim(ctx, ClaimParams{ClaimedBy: "dead-worker", Limit: 1, MaxInFlight: 8, Lease: time.Millisecond})
@@ -280,9 +268,7 @@ func TestReclaimStalledKeepsTheAttempt(t *testing.T) {
 }
 
 func TestReclaimStalledOnLastAttemptDies(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.stalledOnLastAttempt(t, s.ID)
 	time.Sleep(5 * time.Millisecond)
@@ -298,9 +284,7 @@ func TestReclaimStalledOnLastAttemptDies(t *testing.T) {
 }
 
 func TestReleaseDoesNotChargeTheAttempt(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.insert(t, s.ID, "x", 1, `{}`)
 	id2 := b.insert(t, s.ID, "y", 1, `{}`)
@@ -339,9 +323,7 @@ func sameSet(a, b []int64) bool {
 // The streams table is only a hint; these are the moments it must not hide a
 // claimable head.
 func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	ok := Outcome{StartedAt: time.Now(), StatusCode: 200}
 
@@ -394,9 +376,7 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 // probe are for. The invariant must hold throughout, and everything must be
 // delivered in the end (the streams hint must never hide a claimable head).
 func TestClaimInvariantHoldsThroughRetriesDeathsAndRevives(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	s := b.createSub(t, "https://a.example/hook")
 	total := 0
 	for i := range 20 {

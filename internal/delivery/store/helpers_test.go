@@ -18,7 +18,15 @@ type testBundle struct {
 	store *DeliveryStore
 }
 
-func setup(t *testing.T) *testBundle { return setupB(t) }
+// setup is every test's opening: the stores over a database of the test's
+// own (pgtest.New), and the test's context, cancelled as the test ends so
+// nothing the test started outlives it. It marks the test parallel: no two
+// tests share a database, so none can see another's rows.
+func setup(t *testing.T) (*testBundle, context.Context) {
+	t.Helper()
+	t.Parallel()
+	return setupB(t), t.Context()
+}
 
 func setupB(t testing.TB) *testBundle {
 	t.Helper()

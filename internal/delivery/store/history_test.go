@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -22,9 +21,7 @@ import (
 // (a restarted deliverer). Until it is done the subscription is not
 // claimed; then each stream's history goes first.
 func TestCopyHistoryInAssetOrderResumableAndHeldFromClaims(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	enqueue := func(topic, asset, typ string) string {
 		var id uuid.UUID
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
@@ -139,9 +136,7 @@ func TestCopyHistoryInAssetOrderResumableAndHeldFromClaims(t *testing.T) {
 // TestSinceIsCheckedWhereItEnters: unparseable, negative or future since is
 // refused naming the field; since on update is refused; nothing is written.
 func TestSinceIsCheckedWhereItEnters(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	now := time.Now()
 	for _, v := range []string{"", "yesterday", "-2h", now.Add(time.Hour).Format(time.RFC3339)} {
 		if _, err := ParseSince(v, now); !isField(err, "since") {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -9,9 +8,7 @@ import (
 // TestInspectViews: health counts per subscription, a stream's open rows in
 // order, list filters by event type and time, and the test event.
 func TestInspectViews(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	sub := b.createSub(t, "https://example.com/hook")
 	first := b.insert(t, sub.ID, "a1", 1, `{"x":1}`)
 	b.insert(t, sub.ID, "a1", 2, `{"x":2}`)

@@ -61,8 +61,7 @@ func (b *testBundle) die(t *testing.T, gone bool, disableAfter int) DeadResult {
 // by the subscription. A death recorded for a claim that is no longer
 // current announces nothing.
 func TestDeathsAnnounceTheStagedWarningsAndTheDisable(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	b.store.Operations = testOps
 	s := b.createSub(t, "https://a.example/hook")
 	for i := 1; i <= 10; i++ {
@@ -111,8 +110,7 @@ func TestDeathsAnnounceTheStagedWarningsAndTheDisable(t *testing.T) {
 // TestGoneAnnouncesTheDeathAndTheDisable: one 410 announces the death
 // (cause gone) and the disable (cause gone) in its transaction.
 func TestGoneAnnouncesTheDeathAndTheDisable(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, _ := setup(t)
 	b.store.Operations = testOps
 	s := b.createSub(t, "https://a.example/hook")
 	b.insert(t, s.ID, "x", 1, `{}`)
@@ -137,11 +135,9 @@ func TestGoneAnnouncesTheDeathAndTheDisable(t *testing.T) {
 // operational event type announces its death (the warning its count reaches
 // still does).
 func TestDeathOfAnOperationalEventIsNotAnnounced(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, ctx := setup(t)
 	b.store.Operations = testOps
 	s := b.createSub(t, "https://a.example/hook")
-	ctx := context.Background()
 	for i, q := range []string{
 		`UPDATE bridge.deliveries SET topic = 'bridge.operations' WHERE id = $1`,
 		`UPDATE bridge.deliveries SET event_type = 'bridge.delivery.dead' WHERE id = $1`,
@@ -162,10 +158,8 @@ func TestDeathOfAnOperationalEventIsNotAnnounced(t *testing.T) {
 // lease) in its own transaction; the endpoint's count does not move, so no
 // warning.
 func TestReclaimedLastAttemptAnnouncesTheDeath(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, ctx := setup(t)
 	b.store.Operations = testOps
-	ctx := context.Background()
 	s := b.createSub(t, "https://a.example/hook")
 	id := b.stalledOnLastAttempt(t, s.ID)
 	var dead int
@@ -191,10 +185,8 @@ func TestReclaimedLastAttemptAnnouncesTheDeath(t *testing.T) {
 // rotation announces when the rotated-out secret stops signing — never a
 // secret.
 func TestOperatorChangesAnnounceTransitionsOnly(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, ctx := setup(t)
 	b.subs.Operations = testOps
-	ctx := context.Background()
 	s := b.createSub(t, "https://a.example/hook")
 	steps := []func() error{
 		func() error { _, err := b.subs.Enable(ctx, s.ID); return err },                 // already enabled: nothing

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -15,9 +14,7 @@ import (
 // no whole token; it says when the next one is due. An unlimited
 // subscription in the same claim is not held back.
 func TestClaimSpendsTheRateLimitBucket(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	limited, err := b.subs.Create(ctx, SubscriptionInput{URL: ptr("https://limited.example/in"), EventTypes: []string{"*"},
 		RateLimit: ptr(10), RateBurst: ptr(3)})
 	if err != nil {
@@ -94,9 +91,7 @@ func TestClaimSpendsTheRateLimitBucket(t *testing.T) {
 
 // Bad rate limits are refused naming the field, and nothing is written.
 func TestRateLimitIsCheckedWhereItEnters(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	cases := []struct {
 		limit, burst *int
 		field        string

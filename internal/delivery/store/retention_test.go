@@ -15,9 +15,7 @@ import (
 // afterwards every open delivery still has a stream the claim will look at,
 // and every one is claimed.
 func TestPruneIdleStreamsNeverStrandsADelivery(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	sub := b.createSub(t, "https://example.com/hook")
 	const streams = 200
 	for i := range streams {
@@ -110,9 +108,7 @@ WHERE d.status IN ('pending', 'delivering')
 // This is what keeps the per-subscription cap exact across claimers — the
 // second claim can never count free slots the first is filling.
 func TestClaimSkipsASubscriptionAnotherClaimIsServing(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	sub := b.createSub(t, "https://example.com/hook")
 	for i := range 6 {
 		b.insert(t, sub.ID, fmt.Sprintf("a%d", i), 1, `{}`)

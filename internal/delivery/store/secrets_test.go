@@ -52,7 +52,7 @@ func (b *testBundle) claimOne(t testing.TB, ds *DeliveryStore) Claim {
 // under the current key, bound to the subscription, and the claim opens it
 // back to exactly what create and rotate showed.
 func TestSecretsSealedAtRest(t *testing.T) {
-	b := setup(t)
+	b, _ := setup(t)
 	keys := ring(t, "k2:"+matB, "k1:"+matA)
 	b.subs.WithKeys(keys)
 	ds := NewDeliveryStore(b.pool).WithKeys(keys)
@@ -84,12 +84,11 @@ func TestSecretsSealedAtRest(t *testing.T) {
 // the wrong key under the right id, a tampered value, a value copied from
 // another subscription's row.
 func TestUnopenableSecretFailsOnlyItsDeliveryNamingTheKey(t *testing.T) {
-	b := setup(t)
+	b, ctx := setup(t)
 	sealing := ring(t, "k1:"+matA)
 	b.subs.WithKeys(sealing)
 	bad := b.createSub(t, "https://bad.example/hook")
 	good := b.createSub(t, "https://good.example/hook")
-	ctx := context.Background()
 
 	// claimBoth adds one delivery to each subscription, on an asset of its
 	// own (the earlier ones stay in flight), and claims them.
@@ -156,8 +155,7 @@ func TestUnopenableSecretFailsOnlyItsDeliveryNamingTheKey(t *testing.T) {
 // current key in bounded batches, changes no secret's value, reports what it
 // did, and a second run has nothing to do.
 func TestRotateKeysReseals(t *testing.T) {
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	old := ring(t, "k1:"+matA)
 	want := map[string]string{} // subscription → secret
 	for i := range 5 {
@@ -228,8 +226,7 @@ func TestRotateKeysReseals(t *testing.T) {
 // changed, each claim signs with secrets that open, and at the end every
 // secret is under the current key.
 func TestRotateKeysUnderConcurrentRotations(t *testing.T) {
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	k1 := ring(t, "k1:"+matA)
 	both := ring(t, "k2:"+matB, "k1:"+matA)
 	back := ring(t, "k1:"+matA, "k2:"+matB)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -58,10 +57,8 @@ func TestValidateEventTypes(t *testing.T) {
 }
 
 func TestSubscriptionLifecycle(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, ctx := setup(t)
 	b.subs.AllowHTTP = false
-	ctx := context.Background()
 	if _, err := b.subs.Create(ctx, SubscriptionInput{URL: ptr("http://x.example/"), EventTypes: []string{"*"}}); err == nil {
 		t.Fatal("created an http subscription without WEBHOOK_ALLOW_HTTP")
 	}
@@ -114,10 +111,8 @@ func TestSubscriptionLifecycle(t *testing.T) {
 }
 
 func TestRotatedOutSecretStopsSigningAfterGrace(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+	b, ctx := setup(t)
 	b.subs.SecretGrace = 0
-	ctx := context.Background()
 	sub := b.createSub(t, "https://x.example/")
 	rot, err := b.subs.RotateSecret(ctx, sub.ID)
 	if err != nil {
