@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -28,9 +27,7 @@ import (
 // shows no rows removed.) Cost: ~5 s, most of it the inserts.
 
 func TestClaimLockProbeIgnoresStalePartialIndexStatistics(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
+	b, ctx := setup(t)
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
