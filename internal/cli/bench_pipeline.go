@@ -34,7 +34,10 @@ WAL flush) — and reports:
   - each stage's rate over the load (relay events/s, consumer delivery
     rows/s, webhooks/s) and each stage's lag when the load ended, then the
     time to drain it;
-  - the bridge process's peak resident memory and its CPU (cores);
+  - the latency split by stage (relay, consumer, deliverer) from the rows'
+    own timestamps, for the whole load and minute by minute;
+  - the bridge process's peak resident memory and its CPU (cores), and the
+    whole machine's CPU (every process), minute by minute too;
   - the rate the writers achieved: a run short of the offered rate does not
     count (exit 1, results still printed);
   - order violations, duplicates, overlapping requests, signature failures
@@ -121,12 +124,23 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 		{"stage rates over the load", fmt.Sprintf("relay %.0f events/s, consumer %.0f deliveries/s, webhooks %.0f/s", res.RelayPerSecond, res.ConsumerPerSecond, res.WebhooksPerSecond)},
 		{"lag when the load ended", fmt.Sprintf("outbox %d rows, consumer %d deliveries, deliverer %d rows, webhooks %d; drained %.1fs later",
 			res.LagOutbox, res.LagConsumer, res.LagDeliveries, res.LagWebhooks, res.DrainSeconds)},
+		{"by stage (p50 / p99)", stagesText(res.Stages)},
 		{"bridge process", fmt.Sprintf("peak RSS %.1f MiB, CPU %.2f cores", res.BridgePeakRSSMiB, res.BridgeCPUCores)},
+		{"machine", fmt.Sprintf("%.2f of %d cores busy over the load (every process)", res.MachineBusyCores, res.MachineCores)},
 		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
 			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
 	}
 	for _, m := range res.Minutes {
-		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d webhooks, latency p99 %.1f ms", m.Webhooks, m.LatencyP99Ms)})
+		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d webhooks, latency p99 %.1f ms; %s; bridge %.2f cores, machine %.2f",
+			m.Webhooks, m.LatencyP99Ms, stagesText(m.Stages), m.BridgeCPUCores, m.MachineBusyCores)})
 	}
 	return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
+}
+
+func stagesText(s pipelinebench.Stages) string {
+	return fmt.Sprintf("relay %.0f / %.0f ms, consumer %.0f / %.0f ms, deliverer %.0f / %.0f ms "+
+		"(to request %.0f / %.0f, request %.1f / %.1f, to outcome %.0f / %.0f); %d relay marks, %d consumer batches, %d outcome batches",
+		s.RelayP50Ms, s.RelayP99Ms, s.ConsumerP50Ms, s.ConsumerP99Ms, s.DelivererP50Ms, s.DelivererP99Ms,
+		s.ToRequestP50Ms, s.ToRequestP99Ms, s.RequestP50Ms, s.RequestP99Ms, s.RecordP50Ms, s.RecordP99Ms,
+		s.RelayMarks, s.ConsumerBatches, s.OutcomeBatches)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -281,3 +282,27 @@ func TestRuntimeNoServerAndBadOTELConfig(t *testing.T) {
 }
 
 func asConfigError(err error, target **config.Error) bool { return errors.As(err, target) }
+
+// TestGCPercentDefaultUnlessGOGCSet: the long-running commands collect at
+// defaultGCPercent, and an operator's GOGC is left to the Go runtime.
+func TestGCPercentDefaultUnlessGOGCSet(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	if _, set := applyGCPercent(func(k string) string {
+		if k == "GOGC" {
+			return "50"
+		}
+		return ""
+	}); set {
+		t.Error("GOGC=50: applyGCPercent set a percent of its own")
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC set: GC percent %d; want it left alone (100)", got)
+	}
+	if pct, set := applyGCPercent(func(string) string { return "" }); !set || pct != defaultGCPercent {
+		t.Errorf("GOGC unset: applyGCPercent = %d, %v; want %d, true", pct, set, defaultGCPercent)
+	}
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("GOGC unset: GC percent %d; want %d", got, defaultGCPercent)
+	}
+}

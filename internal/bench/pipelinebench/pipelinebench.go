@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,6 +110,45 @@ type Result struct {
 	NotDelivered      int64 `json:"not_delivered"`
 	// Minutes: latency minute by minute (by arrival time).
 	Minutes []Minute `json:"minutes"`
+	// Stages splits the latency by stage, from the rows' own timestamps
+	// (PostgreSQL's clock): relay = outbox sent_at − created_at (created_at
+	// is the writer's transaction start, so the writer's own commit is in
+	// it), consumer = delivery created_at − outbox sent_at (Kafka and the
+	// consumer's poll; created_at is the consumer transaction's start),
+	// deliverer = delivered_at − delivery created_at (the consumer's
+	// commit, the claim, the request and the outcome's write).
+	Stages Stages `json:"stages"`
+	// MachineBusyCores is the whole machine's CPU over the load (all
+	// processes, from /proc/stat), and MachineCores how many it has: a
+	// saturated machine explains a tail that the code does not.
+	MachineBusyCores float64 `json:"machine_busy_cores"`
+	MachineCores     int     `json:"machine_cores"`
+}
+
+// Stages are the per-stage latency percentiles (ms) over the load.
+type Stages struct {
+	RelayP50Ms     float64 `json:"relay_p50_ms"`
+	RelayP99Ms     float64 `json:"relay_p99_ms"`
+	ConsumerP50Ms  float64 `json:"consumer_p50_ms"`
+	ConsumerP99Ms  float64 `json:"consumer_p99_ms"`
+	DelivererP50Ms float64 `json:"deliverer_p50_ms"`
+	DelivererP99Ms float64 `json:"deliverer_p99_ms"`
+	// The deliverer's part split by its first attempt's log row: until the
+	// request started (the consumer's commit, the claim, the workers'
+	// queue), the request, and from its answer until the outcome was
+	// written.
+	ToRequestP50Ms float64 `json:"to_request_p50_ms"`
+	ToRequestP99Ms float64 `json:"to_request_p99_ms"`
+	RequestP50Ms   float64 `json:"request_p50_ms"`
+	RequestP99Ms   float64 `json:"request_p99_ms"`
+	RecordP50Ms    float64 `json:"record_p50_ms"`
+	RecordP99Ms    float64 `json:"record_p99_ms"`
+	// Transactions, told apart by their timestamps (now() is one per
+	// transaction): the relay's marks, the consumer's fan-outs and the
+	// deliverer's success batches that wrote these rows.
+	RelayMarks      int64 `json:"relay_marks"`
+	ConsumerBatches int64 `json:"consumer_batches"`
+	OutcomeBatches  int64 `json:"outcome_batches"`
 }
 
 // Minute is one minute of the run.
@@ -116,6 +156,11 @@ type Minute struct {
 	Minute       int     `json:"minute"`
 	Webhooks     int     `json:"webhooks"`
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	// The same minute (by delivery created_at) split by stage, and the
+	// CPU of the bridge process and of the whole machine in it (cores).
+	Stages           Stages  `json:"stages"`
+	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
+	MachineBusyCores float64 `json:"machine_busy_cores"`
 }
 
 // ErrShortOfRate: the writers did not commit the offered rate, so the run
@@ -279,6 +324,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	o.Progress(fmt.Sprintf("offering %d events/s × %d subscriptions for %s (%d writers, %d events per transaction)",
 		o.Rate, o.Subscriptions, o.Duration, o.Writers, o.TxEvents))
 	loadStart := time.Now()
+	cpu := sampleCPU(ctx, pid)
 	events, achieved, err := relaybench.Offer(ctx, pool, relaybench.Load{Topic: topic, Assets: o.Assets, Rate: o.Rate,
 		Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, arr.commit)
 	if err != nil {
@@ -286,6 +332,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	}
 	loadEnd := time.Now()
 	res.LoadSeconds = loadEnd.Sub(loadStart).Seconds()
+	res.MachineCores = goruntime.NumCPU()
+	if b, e := cpu.at(loadStart), cpu.at(loadEnd); e.at.After(b.at) {
+		res.MachineBusyCores = (e.machine - b.machine).Seconds() / e.at.Sub(b.at).Seconds()
+	}
 	res.Events, res.AchievedRate = events, achieved
 	res.Webhooks = int64(events) * int64(o.Subscriptions)
 	warm := int64(o.Subscriptions)
@@ -315,6 +365,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		res.BridgeCPUCores = (cpuAfter - cpuBefore).Seconds() / time.Since(began).Seconds()
 	}
 	res.BridgePeakRSSMiB = peakRSS(pid)
+	cpu.stop()
 	if err := stop(); err != nil {
 		return nil, fmt.Errorf("the bridge: %w", err)
 	}
@@ -343,7 +394,25 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 			}
 		}
 		slices.Sort(xs)
-		res.Minutes = append(res.Minutes, Minute{Minute: m + 1, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99)})
+		mn := Minute{Minute: m + 1, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99)}
+		if b, e := cpu.at(from), cpu.at(to); e.at.After(b.at) {
+			secs := e.at.Sub(b.at).Seconds()
+			mn.BridgeCPUCores = (e.bridge - b.bridge).Seconds() / secs
+			mn.MachineBusyCores = (e.machine - b.machine).Seconds() / secs
+		}
+		res.Minutes = append(res.Minutes, mn)
+	}
+	stages, err := stageLatencies(ctx, pool, loadStart, loadEnd)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range stages {
+		switch {
+		case st.minute < 0:
+			res.Stages = st.Stages
+		case st.minute < len(res.Minutes):
+			res.Minutes[st.minute].Stages = st.Stages
+		}
 	}
 	if drainErr != nil {
 		return res, fmt.Errorf("not every webhook arrived within %s of the load's end (%d of %d): %w",
@@ -417,4 +486,138 @@ func peakRSS(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+type minuteStages struct {
+	minute int // from the load's start; -1: the whole load
+	Stages
+}
+
+// stageLatencySQL splits each delivered webhook's way by stage, over the
+// events committed during the load ($1, $2): minute by minute of the
+// delivery row's creation, and for the whole load (minute -1).
+const stageLatencySQL = `
+WITH w AS (
+  SELECT floor(extract(epoch FROM d.created_at - $1::timestamptz) / 60)::int AS minute,
+         o.sent_at, d.created_at, d.delivered_at,
+         extract(epoch FROM o.sent_at - o.created_at) * 1000 AS relay,
+         extract(epoch FROM d.created_at - o.sent_at) * 1000 AS consumer,
+         extract(epoch FROM d.delivered_at - d.created_at) * 1000 AS deliverer,
+         extract(epoch FROM a.started_at - d.created_at) * 1000 AS to_request,
+         a.duration_ms AS request,
+         extract(epoch FROM d.delivered_at - a.started_at) * 1000 - a.duration_ms AS record
+  FROM bridge.deliveries d
+  JOIN bridge.outbox o ON o.id::text = d.event_id
+  LEFT JOIN bridge.delivery_attempts a ON a.delivery_id = d.id AND a.attempt = 1
+  WHERE d.event_type = 'bench.live' AND d.status = 'delivered' AND o.status = 'SENT'
+    AND o.created_at BETWEEN $1 AND $2
+)
+SELECT coalesce(minute, -1),
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY relay), percentile_disc(0.99) WITHIN GROUP (ORDER BY relay),
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY consumer), percentile_disc(0.99) WITHIN GROUP (ORDER BY consumer),
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY deliverer), percentile_disc(0.99) WITHIN GROUP (ORDER BY deliverer),
+       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY to_request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY to_request), 0),
+       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY request), 0),
+       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY record), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY record), 0),
+       count(DISTINCT sent_at), count(DISTINCT created_at), count(DISTINCT delivered_at)
+FROM w GROUP BY ROLLUP (minute)`
+
+// stageLatencies runs stageLatencySQL.
+func stageLatencies(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([]minuteStages, error) {
+	rows, err := pool.Query(ctx, stageLatencySQL, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("stage latencies: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (minuteStages, error) {
+		var m minuteStages
+		err := r.Scan(&m.minute, &m.RelayP50Ms, &m.RelayP99Ms, &m.ConsumerP50Ms, &m.ConsumerP99Ms, &m.DelivererP50Ms, &m.DelivererP99Ms,
+			&m.ToRequestP50Ms, &m.ToRequestP99Ms, &m.RequestP50Ms, &m.RequestP99Ms, &m.RecordP50Ms, &m.RecordP99Ms,
+			&m.RelayMarks, &m.ConsumerBatches, &m.OutcomeBatches)
+		return m, err
+	})
+}
+
+// cpuSample is the bridge process's and the machine's CPU time so far.
+type cpuSample struct {
+	at              time.Time
+	bridge, machine time.Duration
+}
+
+// cpuSamples holds one sample a second while the run goes on, so that
+// each minute's CPU can be told apart.
+type cpuSamples struct {
+	mu   sync.Mutex
+	xs   []cpuSample
+	done chan struct{}
+	once sync.Once
+}
+
+func sampleCPU(ctx context.Context, pid int) *cpuSamples {
+	c := &cpuSamples{done: make(chan struct{})}
+	take := func() {
+		b, _ := processCPU(pid)
+		m, _ := machineBusy()
+		c.mu.Lock()
+		c.xs = append(c.xs, cpuSample{at: time.Now(), bridge: b, machine: m})
+		c.mu.Unlock()
+	}
+	take()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.done:
+				return
+			case <-t.C:
+				take()
+			}
+		}
+	}()
+	return c
+}
+
+func (c *cpuSamples) stop() { c.once.Do(func() { close(c.done) }) }
+
+// at is the last sample taken no later than t (the first one if none).
+func (c *cpuSamples) at(t time.Time) cpuSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.xs) == 0 {
+		return cpuSample{}
+	}
+	i, _ := slices.BinarySearchFunc(c.xs, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
+	if i < len(c.xs) && c.xs[i].at.Equal(t) {
+		return c.xs[i]
+	}
+	return c.xs[max(0, i-1)]
+}
+
+// machineBusy is the CPU time every core of the machine spent not idle so
+// far, from /proc/stat's first line (user nice system idle iowait irq
+// softirq steal …).
+func machineBusy() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy int64
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(busy) * time.Second / ticks, true
 }

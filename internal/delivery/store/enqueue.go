@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The way into the delivery queue: the consumer's fan-out of one Kafka
@@ -97,6 +98,17 @@ func Enqueue(ctx context.Context, q Querier, f *Fanout) error {
 		return fmt.Errorf("insert deliveries: %w", err)
 	}
 	return nil
+}
+
+// QueueEnqueue queues Enqueue's statement on b, for a caller that sends it
+// with its commit in one round trip (the consumer). Nothing is queued for an
+// empty fan-out.
+func QueueEnqueue(b *pgx.Batch, f *Fanout) {
+	if f.Len() == 0 {
+		return
+	}
+	b.Queue(insertDeliveriesSQL, f.eventID, f.eventType, f.topic, f.assetID, f.assetSeq,
+		f.payload, f.createdAt, f.traceparent, f.tracestate, f.pairEvent, f.pairSub).Exec(func(pgconn.CommandTag) error { return nil })
 }
 
 func nullable(s string) *string {

@@ -115,6 +115,20 @@ func Routes(ctx context.Context, q Querier) ([]Route, error) {
 	return statement.Select[Route](ctx, q, "load subscriptions", routesSQL)
 }
 
+// QueueRoutes queues Routes' read on b (the consumer sends it in one round
+// trip with its transaction's other first statements); into is filled when
+// the batch's results are read.
+func QueueRoutes(b *pgx.Batch, into *[]Route) {
+	b.Queue(routesSQL).Query(func(rows pgx.Rows) error {
+		rs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Route])
+		if err != nil {
+			return fmt.Errorf("load subscriptions: %w", err)
+		}
+		*into = rs
+		return nil
+	})
+}
+
 // SubscriptionStore manages subscriptions and their secrets.
 type SubscriptionStore struct {
 	db DB
