@@ -13,8 +13,9 @@ import (
 
 // benchFillSQL writes $1 NEW rows for topic $2 spread over $3 assets with
 // payloads of $4 bytes in one statement (the bench measures the relay, not
-// enqueue). asset_seq continues each asset's counter, which is advanced to
-// match, so the rows are exactly what bridge.enqueue would have written.
+// enqueue). asset_seq continues each asset's numbering as bridge.enqueue
+// reads it (the newer of its counter and its newest outbox row, migration
+// 00130), so the rows are exactly what bridge.enqueue would have written.
 const benchFillSQL = `
 WITH gen AS (
   SELECT g, 'bench-asset-' || (g % $3) AS asset
@@ -28,8 +29,11 @@ per_asset AS (
 ),
 counters AS (
   INSERT INTO bridge.asset_counters AS c (asset_key, last_asset_seq)
-  SELECT asset, cnt FROM per_asset
-  ON CONFLICT (asset_key) DO UPDATE SET last_asset_seq = c.last_asset_seq + excluded.last_asset_seq
+  SELECT p.asset, greatest(
+           (SELECT k.last_asset_seq FROM bridge.asset_counters k WHERE k.asset_key = p.asset),
+           (SELECT max(o.asset_seq) FROM bridge.outbox o WHERE coalesce(o.asset_id, '') = p.asset), 0) + p.cnt
+  FROM per_asset p ORDER BY p.asset
+  ON CONFLICT (asset_key) DO UPDATE SET last_asset_seq = excluded.last_asset_seq
   RETURNING asset_key, last_asset_seq
 )
 INSERT INTO bridge.outbox (asset_seq, topic, asset_id, lane, event_type, payload)

@@ -102,6 +102,16 @@ type Load struct {
 	Duration time.Duration
 	Writers  int
 	TxEvents int
+	// EndAtDuration stops offering once Duration has passed, however far
+	// behind the schedule the writers are: transactions not begun by then
+	// are never offered. A held xmin slowed the writers to a fifth of the
+	// rate, and a run that waited for the whole schedule did not end in 17
+	// minutes (nor print what the writers managed); the achieved rate says
+	// how far short they fell.
+	EndAtDuration bool
+	// OnTx, if set, is told each committed transaction's begin time and how
+	// long it took (BEGIN to COMMIT returned): the writers' own cost.
+	OnTx func(began time.Time, took time.Duration)
 }
 
 // Offer commits the load through outbox.EnqueueBatch, calling onCommit
@@ -129,11 +139,15 @@ func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids [
 					case <-time.After(d):
 					}
 				}
+				if ld.EndAtDuration && time.Since(start) >= ld.Duration {
+					return
+				}
 				for j := range evs {
 					evs[j] = outbox.Event{Topic: ld.Topic, AssetID: fmt.Sprintf("bench-asset-%d", (tx*ld.TxEvents+j)%ld.Assets),
 						EventType: "bench.live", Payload: []byte(`{"live":true}`)}
 				}
 				var ids []string
+				began := time.Now()
 				err := pgx.BeginFunc(ctx, pool, func(t pgx.Tx) error {
 					got, err := outbox.EnqueueBatch(ctx, t, evs)
 					for _, id := range got {
@@ -145,7 +159,11 @@ func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids [
 					errs <- fmt.Errorf("enqueue: %w", err)
 					return
 				}
-				onCommit(ids, time.Now())
+				done := time.Now()
+				onCommit(ids, done)
+				if ld.OnTx != nil {
+					ld.OnTx(began, done.Sub(began))
+				}
 				mu.Lock()
 				committed += len(ids)
 				mu.Unlock()
@@ -192,10 +210,14 @@ type SustainResult struct {
 	LatencyMaxMs    float64 `json:"latency_max_ms"`
 	// The claim statement's cost at the start and at the end of the run:
 	// it must not grow.
-	ClaimP99FirstMinuteMs float64         `json:"claim_p99_first_minute_ms"`
-	ClaimP99LastMinuteMs  float64         `json:"claim_p99_last_minute_ms"`
-	DeadTuplesAtEnd       int64           `json:"outbox_dead_tuples_at_end"`
-	Minutes               []SustainMinute `json:"minutes"`
+	ClaimP99FirstMinuteMs float64 `json:"claim_p99_first_minute_ms"`
+	ClaimP99LastMinuteMs  float64 `json:"claim_p99_last_minute_ms"`
+	DeadTuplesAtEnd       int64   `json:"outbox_dead_tuples_at_end"`
+	// The writers' transactions (BEGIN to COMMIT returned, EnqueueBatch of
+	// TxEvents events): what the outbox costs the application.
+	WriterTxP50Ms float64         `json:"writer_tx_p50_ms"`
+	WriterTxP99Ms float64         `json:"writer_tx_p99_ms"`
+	Minutes       []SustainMinute `json:"minutes"`
 }
 
 // SustainMinute is one minute of a sustained run.
@@ -207,6 +229,15 @@ type SustainMinute struct {
 	Claims       int     `json:"claims"`
 	ClaimP99Ms   float64 `json:"claim_p99_ms"`
 	DeadTuples   int64   `json:"outbox_dead_tuples"`
+	// Committed is how many events the writers committed in the minute,
+	// WriterTxP99Ms their transactions' p99 (BEGIN to COMMIT returned).
+	Committed     int     `json:"committed"`
+	WriterTxP99Ms float64 `json:"writer_tx_p99_ms"`
+	// WAL the whole cluster wrote in the minute (pg_stat_wal: the bench's
+	// own in a quiet window), and how many of its records were full-page
+	// images (a page's first change after a checkpoint).
+	WALMiB            float64 `json:"wal_mib"`
+	WALFullPageImages int64   `json:"wal_full_page_images"`
 }
 
 // Sustain offers a steady load for o.Duration with the relays running and
@@ -243,8 +274,8 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	}
 	adm := kadm.NewClient(clients[0])
 	topic := fmt.Sprintf("bridge-bench-sustain-%d", time.Now().UnixNano())
-	if _, err := adm.CreateTopic(ctx, o.Partitions, -1, nil, topic); err != nil {
-		return nil, fmt.Errorf("create bench topic: %w", err)
+	if err := createTopic(ctx, adm, topic, o.Partitions); err != nil {
+		return nil, err
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
 	// Each relay's client learns the new topic's partitions before the load
@@ -253,7 +284,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	// one-off that a 1-minute run would otherwise report as its p99. The
 	// warm-up records carry no dedup-id, so nothing counts them.
 	for _, c := range clients {
-		if err := c.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("warm-up"), Value: []byte(`"warm-up"`)}).FirstErr(); err != nil {
+		if err := warmUp(ctx, c, topic, []byte(`"warm-up"`)); err != nil {
 			return nil, fmt.Errorf("warm up the bench topic: %w", err)
 		}
 	}
@@ -318,6 +349,12 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 
 	// Dead tuples once a minute, while the load runs.
 	var dead []int64
+	type walAt struct{ bytes, fpi int64 }
+	readWAL := func() (w walAt) {
+		_ = pool.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&w.bytes, &w.fpi)
+		return w
+	}
+	wals := []walAt{readWAL()} // cluster-wide: the bench's own only in a quiet window
 	sampleDone := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Add(1)
@@ -331,6 +368,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 				return
 			case <-t.C:
 				dead = append(dead, deadTuples(ctx, pool))
+				wals = append(wals, readWAL())
 			}
 		}
 	}()
@@ -344,7 +382,15 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d events per transaction)", o.Rate, o.Duration, o.Writers, o.TxEvents))
 	start := time.Now()
-	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, lat)
+	var tmu sync.Mutex
+	var txs []claimAt // commit time, transaction ms
+	onTx := func(began time.Time, took time.Duration) {
+		tmu.Lock()
+		txs = append(txs, claimAt{began.Add(took), float64(took.Microseconds()) / 1000})
+		tmu.Unlock()
+	}
+	lr, err := offer(ctx, pool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents,
+		EndAtDuration: true, OnTx: onTx}, lat)
 	close(sampleDone)
 	sampler.Wait()
 	for _, e := range lat.slowEpisodes(slowAck) {
@@ -360,6 +406,11 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	res.Events, res.AchievedRate = lr.events, lr.achieved
 	_, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	res.DeadTuplesAtEnd = deadTuples(ctx, pool)
+	all := make([]float64, len(txs))
+	for i, t := range txs {
+		all[i] = t.ms
+	}
+	res.WriterTxP50Ms, res.WriterTxP99Ms = percentile(all, 0.5), percentile(all, 0.99)
 
 	minutes := max(1, int(o.Duration/time.Minute))
 	for m := range minutes {
@@ -382,9 +433,20 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 			}
 		}
 		cmu.Unlock()
-		sm := SustainMinute{Minute: m + 1, Acked: len(ls), LatencyP99Ms: percentile(ls, 0.99), LatencyMaxMs: percentile(ls, 1), Claims: len(cs), ClaimP99Ms: percentile(cs, 0.99)}
+		var ws []float64
+		tmu.Lock()
+		for _, t := range txs {
+			if !t.at.Before(from) && t.at.Before(to) {
+				ws = append(ws, t.ms)
+			}
+		}
+		tmu.Unlock()
+		sm := SustainMinute{Minute: m + 1, Acked: len(ls), LatencyP99Ms: percentile(ls, 0.99), LatencyMaxMs: percentile(ls, 1), Claims: len(cs), ClaimP99Ms: percentile(cs, 0.99),
+			Committed: len(ws) * o.TxEvents, WriterTxP99Ms: percentile(ws, 0.99)}
 		if m < len(dead) {
 			sm.DeadTuples = dead[m]
+			sm.WALMiB = float64(wals[m+1].bytes-wals[m].bytes) / (1 << 20)
+			sm.WALFullPageImages = wals[m+1].fpi - wals[m].fpi
 		}
 		res.Minutes = append(res.Minutes, sm)
 	}

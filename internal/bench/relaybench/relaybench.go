@@ -9,6 +9,7 @@ package relaybench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
@@ -154,8 +156,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	adm := kadm.NewClient(client)
 	newTopic := func(kind string) (string, error) {
 		name := fmt.Sprintf("bridge-bench-%s-%d", kind, time.Now().UnixNano())
-		if _, err := adm.CreateTopic(ctx, o.Partitions, -1, nil, name); err != nil {
-			return "", fmt.Errorf("create bench topic: %w", err)
+		if err := createTopic(ctx, adm, name, o.Partitions); err != nil {
+			return "", err
 		}
 		return name, nil
 	}
@@ -446,6 +448,38 @@ func percentile(xs []float64, p float64) float64 {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
+// createTopic creates a bench topic and waits until every partition has a
+// leader. Right after a long run the broker is still deleting that run's
+// topic (millions of records), and a new topic's leaders took longer than
+// the produce timeout to appear: the first record failed with "records have
+// timed out" (the relaybench test, run after a 10-minute bench, with a 5 s
+// timeout), though nothing was wrong with the relay or the bench.
+func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32) error {
+	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, name); err != nil {
+		return fmt.Errorf("create bench topic: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := kafkaclient.WaitTopicReady(wctx, adm, name, int(partitions), 1); err != nil {
+		return fmt.Errorf("bench topic %s has no leader for every partition: %w", name, err)
+	}
+	return nil
+}
+
+// warmUp produces one record that is not measured (nor counted: it has no
+// dedup-id), so the measurement does not include the client learning the
+// topic's metadata. A timed-out attempt is tried again, within a minute, for
+// the reason createTopic waits.
+func warmUp(ctx context.Context, client *kgo.Client, topic string, value []byte) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("warm-up"), Value: value}).FirstErr()
+		if err == nil || !errors.Is(err, kgo.ErrRecordTimeout) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
 func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, size, batch int) (float64, error) {
 	value := []byte(`"` + string(make([]byte, 0)) + `"`)
 	if size > 2 {
@@ -458,7 +492,7 @@ func produceCeiling(ctx context.Context, client *kgo.Client, topic string, n, si
 	}
 	// Warm up: the first record waits for the new topic's metadata, which is
 	// not produce throughput.
-	if err := client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("warm-up"), Value: value}).FirstErr(); err != nil {
+	if err := warmUp(ctx, client, topic, value); err != nil {
 		return 0, fmt.Errorf("produce ceiling: %w", err)
 	}
 	start := time.Now()
