@@ -46,6 +46,11 @@ subscription. It then runs the Deliverer and reports:
 answer 500 to everything or take --slow-delay per answer (isolation): the
 rates, order checks and latencies are then the healthy subscriptions'.
 
+--delivered N puts N deliveries that are already delivered (one attempt
+logged each) in the table before the backlog, as WEBHOOK_RETENTION keeps them
+behind a deliverer that has run for a while: the claims and outcomes should
+cost the same with and without them.
+
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is
 allowed for the receiver.`,
@@ -53,7 +58,8 @@ allowed for the receiver.`,
   bridge bench deliver --subscriptions 10 --assets 100 --events 100000
   bridge bench deliver --events 20000 --live-events 5000 --live-rate 1000 -o json
   bridge bench deliver --assets 1000 --failing-subscriptions 1
-  bridge bench deliver --assets 1000 --replicas 3`,
+  bridge bench deliver --assets 1000 --replicas 3
+  bridge bench deliver --assets 1000 --delivered 1000000`,
 		Args: cobra.NoArgs,
 	}
 	subs := c.Flags().Int("subscriptions", 10, "subscriptions (endpoints)")
@@ -70,12 +76,16 @@ allowed for the receiver.`,
 	slowDelay := c.Flags().Duration("slow-delay", 5*time.Second, "answer time of a slow subscription")
 	conns := c.Flags().Int32("db-conns", 20, "PostgreSQL pool size for the deliverer")
 	keep := c.Flags().Bool("keep-db", false, "do not drop the scratch database")
+	delivered := c.Flags().Int("delivered", 0, "deliveries already delivered (one attempt each) in the table before the backlog, as retention keeps them")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
 			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
 		}
 		if *maxInFlight < 0 || *claimLoops < 0 || *replicas < 1 || *failing < 0 || *slow < 0 || *slowDelay <= 0 {
 			return UsageErrorf("--max-in-flight and --claim-loops must not be negative, --replicas at least 1, --failing-subscriptions and --slow-subscriptions not negative, --slow-delay positive")
+		}
+		if *delivered < 0 {
+			return UsageErrorf("--delivered must not be negative")
 		}
 		if *failing+*slow >= *subs {
 			return UsageErrorf("--failing-subscriptions (%d) + --slow-subscriptions (%d) must leave at least one of the --subscriptions (%d) healthy", *failing, *slow, *subs)
@@ -112,7 +122,7 @@ allowed for the receiver.`,
 		res, err := deliverbench.Run(ctx, pool, deliverbench.Options{
 			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
 			Deliverer: dc, Logger: logger, Replicas: *replicas,
-			FailingSubscriptions: *failing, SlowSubscriptions: *slow, SlowDelay: *slowDelay,
+			FailingSubscriptions: *failing, SlowSubscriptions: *slow, SlowDelay: *slowDelay, Delivered: *delivered,
 		})
 		if err != nil {
 			return err
@@ -126,6 +136,7 @@ allowed for the receiver.`,
 			{"streams", fmt.Sprintf("%d subscriptions × %d assets", res.Subscriptions, res.Assets)},
 			{"workers", fmt.Sprintf("%d (max %d in flight per subscription)", res.Workers, res.MaxInFlightPerSub)},
 			{"backlog", fmt.Sprintf("%d deliveries (inserted in %.1fs)", res.Events, res.InsertSeconds)},
+			{"delivered rows kept in the table", fmt.Sprintf("%d (inserted in %.1fs)", res.RetainedDelivered, res.RetainedInsertSeconds)},
 			{"drain", fmt.Sprintf("%.1fs", res.DrainSeconds)},
 			{"deliveries/s", f(res.DeliveriesPerSecond)},
 			{"live", fmt.Sprintf("%d at %d/s", res.LiveEvents, res.LiveRate)},

@@ -50,8 +50,12 @@ type Options struct {
 	// rates, order checks and latencies are the other subscriptions'.
 	FailingSubscriptions, SlowSubscriptions int
 	SlowDelay                               time.Duration
-	Timeout                                 time.Duration // whole run; default 10m
-	Logger                                  *slog.Logger
+	// Delivered: that many deliveries already delivered (one attempt each)
+	// are in the table before the backlog, as WEBHOOK_RETENTION keeps them
+	// behind a deliverer that has run for a while. Default none.
+	Delivered int
+	Timeout   time.Duration // whole run; default 10m
+	Logger    *slog.Logger
 }
 
 // Result is what a run measured.
@@ -105,6 +109,10 @@ type Result struct {
 	// got.
 	PostgresCPUMicrosPerDelivery float64 `json:"postgres_cpu_us_per_delivery"`
 	ProcessCPUMicrosPerDelivery  float64 `json:"process_cpu_us_per_delivery"`
+	// Delivered rows in the table before the backlog (Options.Delivered)
+	// and how long inserting them took.
+	RetainedDelivered     int     `json:"retained_delivered_rows"`
+	RetainedInsertSeconds float64 `json:"retained_insert_seconds"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -202,6 +210,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
+	if o.Delivered < 0 {
+		return nil, errors.New("delivered rows must not be negative")
+	}
 	if o.FailingSubscriptions < 0 || o.SlowSubscriptions < 0 || o.FailingSubscriptions+o.SlowSubscriptions >= o.Subscriptions {
 		return nil, errors.New("failing and slow subscriptions must leave at least one healthy subscription")
 	}
@@ -283,6 +294,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		return rows
 	}
 
+	if o.Delivered > 0 {
+		start := time.Now()
+		p, _ := json.Marshal(payload{T: start.UnixNano(), Pad: pad})
+		if err := store.InsertRetained(ctx, pool, subIDs, o.Assets, o.Delivered, string(p)); err != nil {
+			return nil, err
+		}
+		res.RetainedDelivered, res.RetainedInsertSeconds = o.Delivered, time.Since(start).Seconds()
+		logger.InfoContext(ctx, "retained delivered rows inserted", "rows", o.Delivered, "elapsed_seconds", res.RetainedInsertSeconds)
+	}
 	start := time.Now()
 	for from := 0; from < o.Events; from += 10000 {
 		n := min(10000, o.Events-from)

@@ -18,7 +18,8 @@ import (
 // and a test event.
 
 // subscriptionHealthSQL: the counts per status are index-only probes on
-// deliveries_by_subscription_status; the attempts of the last hour are a
+// deliveries_waiting_by_subscription (pending, dead) and
+// deliveries_in_flight_by_stream (in flight); the attempts of the last hour are a
 // range on delivery_attempts_started_at (migration 00040).
 const subscriptionHealthSQL = `
 SELECT s.id::text AS subscription_id,

@@ -22,9 +22,10 @@ SELECT count(*) FILTER (WHERE enabled), count(*) FILTER (WHERE NOT enabled) FROM
 // oldestOpenDeliverySQL returns, per subscription, the age in seconds of its
 // oldest delivery not yet delivered or dead (pending or delivering; NULL when
 // none): how far that endpoint's webhooks are behind. One index probe per
-// (subscription, status) on deliveries_by_subscription_status (ids are
-// handed out in insert order), so the cost follows the number of
-// subscriptions, not the backlog.
+// subscription on deliveries_waiting_by_subscription for the pending ones
+// (ids are handed out in insert order) and a walk of its few in-flight rows
+// on deliveries_in_flight_by_stream (migration 00120), so the cost follows
+// the number of subscriptions, not the backlog.
 const oldestOpenDeliverySQL = `
 SELECT s.id::text, extract(epoch FROM now() - least(p.created_at, d.created_at))::float8
 FROM bridge.subscriptions s
