@@ -20,7 +20,13 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	r := bridge(t, map[string]string{"DATABASE_URL": pgtest.AdminURL(), "KAFKA_BROKERS": strings.Join(brokers, ","),
 		"BRIDGE_ALLOW_PLAINTEXT_SECRETS": "true"},
 		"bench", "pipeline", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--writers", "2", "--assets", "20", "-o", "json")
-	if r.code != 0 {
+	// Exit 1 with "offered rate not reached" is the bench saying a run on
+	// a loaded machine does not count as a measurement (CI runs many tests
+	// at once: 95 of 100 events/s once); what this test checks, that every
+	// event reached every subscription intact and the result was printed,
+	// holds either way, so only that exit is let through.
+	shortOfRate := r.code == 1 && strings.Contains(r.stderr, "offered rate not reached")
+	if r.code != 0 && !shortOfRate {
 		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
 	}
 	var res struct {
