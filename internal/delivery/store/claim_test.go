@@ -2,11 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -478,5 +482,31 @@ WHERE d.status <> 'delivered' ORDER BY d.seq`)
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// The claim is sent with its COMMIT, so a claim whose rows this process
+// cannot read is committed before it knows. Its rows must not wait a lease
+// 'delivering' with an attempt charged for a request never sent: they are
+// given back at once, uncharged, and the next claim takes them.
+func TestClaimThatCannotBeReadIsGivenBack(t *testing.T) {
+	b, ctx := setup(t)
+	sub := b.createSub(t, "https://a.example/hook")
+	ids := []int64{b.insert(t, sub.ID, "a", 1, `{}`), b.insert(t, sub.ID, "b", 1, `{}`)}
+	broken := NewDeliveryStore(b.pool)
+	broken.readClaims = func(rows pgx.Rows) ([]Claim, error) {
+		return nil, errors.New("row does not fit Claim")
+	}
+	if _, err := broken.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 10, MaxInFlight: 8, Lease: time.Hour}); err == nil ||
+		!strings.Contains(err.Error(), "row does not fit Claim") {
+		t.Fatalf("claim that cannot be read: err = %v, want the read error", err)
+	}
+	for _, id := range ids {
+		if r := b.get(t, id); r.Status != StatusPending || r.Attempts != 0 {
+			t.Fatalf("delivery %d after a claim that could not be read: %s with %d attempts, want pending with 0", id, r.Status, r.Attempts)
+		}
+	}
+	if cs := claimOnce(t, b, "w", 10); len(cs) != 2 || cs[0].Attempts != 1 {
+		t.Fatalf("next claim: %d claims (first attempt %v), want both, on their first attempt", len(cs), cs)
 	}
 }
