@@ -345,11 +345,16 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 	s := b.createSub(t, "https://a.example/hook")
 	ok := Outcome{StartedAt: time.Now(), StatusCode: 200}
 
-	// Emptied stream: the next claim parks it ('infinity'); an insert wakes it.
+	// Emptied stream: its last row's success parks it ('infinity'); an
+	// insert wakes it.
 	b.insert(t, s.ID, "x", 1, `{}`)
 	cs := claimOnce(t, b, "w", 10)
 	if _, err := b.store.Complete(ctx, &cs[0], "w", ok); err != nil {
 		t.Fatal(err)
+	}
+	var parked bool
+	if err := b.pool.QueryRow(ctx, `SELECT ready_at = 'infinity' FROM bridge.delivery_streams WHERE asset_key = 'x'`).Scan(&parked); err != nil || !parked {
+		t.Fatalf("stream after its last row's success: parked %v (%v), want parked", parked, err)
 	}
 	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
 		t.Fatalf("claimed %v from an empty stream", ids(got))
