@@ -258,8 +258,36 @@ func (d *Deliverer) Run(ctx context.Context) error {
 func (d *Deliverer) capacity() int { return 2 * d.cfg.Workers }
 
 // claimLinger is the shortest time between two claims of one loop while
-// fewer than a quarter of the slots are free (see claimLoop).
-const claimLinger = 5 * time.Millisecond
+// claims are out and the last claim was lean, fewFreeLinger while claims
+// are out and fewer than a quarter of the slots are free (see claimLoop).
+// With nothing out a loop claims at once: an idle deliverer adds no
+// latency.
+//
+// 20 ms rather than 5: a claim costs about the same for 5 rows as for 30
+// (the locks, the window of streams, the commit), and on a saturated
+// machine that fixed cost is what the other stages wait for. In bench
+// pipeline (1,000 events/s × 3 subscriptions, 2 cores busy), 20 ms here
+// and recordEvery together took PostgreSQL's CPU for the bridge from 0.90
+// to 0.76 cores (one run each). The price is the per-subscription slot cycle: a slot
+// freed by an outcome is claimed again up to claimLinger later, so one
+// subscription's throughput is bounded near
+// WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION / (claimLinger + recordEvery +
+// request + write), ~1,400/s for 64 slots and a 10 ms request — raise the
+// cap for a single subscription that needs more.
+const claimLinger = 20 * time.Millisecond
+
+// fewFreeLinger: see claimLinger. A draining backlog's claims are not lean
+// (each takes what a quarter of the slots freed), so it keeps the 5 ms its
+// claims had before.
+const fewFreeLinger = 5 * time.Millisecond
+
+// contendedRetry is the first wait of a loop whose subscriptions another
+// replica's claim was serving (doubling up to 16×, see claimLoop).
+const contendedRetry = 5 * time.Millisecond
+
+// recordEvery is the shortest time between two batches of one recorder
+// (see recordLoop).
+const recordEvery = 10 * time.Millisecond
 
 // reserve takes up to n of the free claim slots (capacity minus claims out)
 // for one claim, so claim loops running at once never hand out more than
@@ -316,23 +344,27 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 	// commit) whatever it returns, so under load claiming for every written
 	// outcome batch made many claims of a few rows each: 3,476 claims of
 	// 8.6 rows for 30,000 deliveries. Unless a quarter of the slots are free
-	// (a light load: claim at once, latency first), a loop claims at most
-	// every claimLinger.
+	// (a light load: claim at once, latency first) or nothing is out (idle),
+	// a loop claims at most every claimLinger.
 	//
 	// A claim that found little (fewer than minClaim rows) also makes the
 	// next one wait: with several replicas the per-subscription cap, not
 	// this process's slots, is what binds, so slots stayed free and every
 	// written outcome set off a claim of the one or two rows freed by it —
 	// 25,000 claims of ~1 row for 30,000 deliveries with 3 replicas, slower
-	// together than one alone. Under a light load this costs a delivery at
-	// most claimLinger of latency.
+	// together than one alone. While claims are out this costs a delivery
+	// at most claimLinger of latency; with none out, nothing.
 	minClaim := max(1, d.capacity()/4)
 	var last time.Time
 	failures, contendedEmpty := 0, 0
 	lean := false
 	for {
-		if free := d.capacity() - int(d.inFlight.Load()); free > 0 && (free < minClaim || lean) {
-			if wait := claimLinger - time.Since(last); wait > 0 && !service.Sleep(ctx, wait) {
+		if out := int(d.inFlight.Load()); out > 0 && d.capacity()-out > 0 && (d.capacity()-out < minClaim || lean) {
+			linger := fewFreeLinger // busy workers: the next claim takes what frees up meanwhile
+			if lean {
+				linger = claimLinger // the last claim found little: claims cost more than they bring
+			}
+			if wait := linger - time.Since(last); wait > 0 && !service.Sleep(ctx, wait) {
 				return
 			}
 		}
@@ -421,7 +453,7 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		}
 		var again, due <-chan time.Time
 		if soon {
-			again = time.After(claimLinger << min(contendedEmpty-1, 4))
+			again = time.After(contendedRetry << min(contendedEmpty-1, 4))
 		}
 		if rateWait > 0 {
 			due = time.After(rateWait)
@@ -600,14 +632,25 @@ const successRecorders = 2
 const maxRecordBatch = 512
 
 // recordLoop writes successes and retries in batches: whatever has arrived
-// while the previous batch was being written, up to maxRecordBatch. It adds
-// no wait of its own — under light load a batch is one outcome, written at
-// once; under heavy load the time one write takes is the time the next
-// batch fills — so one WAL flush serves many deliveries. It returns when in
-// is closed and everything in it is written.
+// while the previous batch was being written and the rest of recordEvery
+// since it began, up to maxRecordBatch. Under light load a batch is one
+// outcome, written at once; under heavy load one WAL flush and three
+// statements serve many deliveries. It returns when in is closed and
+// everything in it is written.
 func (d *Deliverer) recordLoop(in <-chan recorded) {
 	batch := make([]recorded, 0, maxRecordBatch)
+	var last time.Time
 	for first := range in {
+		// At most one batch per recordEvery: the cost of a batch is mostly
+		// per statement (three of them, and a commit), and with a batch
+		// written as soon as the last one was, ~190 batches a second of ~16
+		// rows each wrote bench pipeline's 3,000 successes a second.
+		// Waiting for the rest of the interval batches ~21; an outcome that
+		// arrives after a quiet interval is written at once.
+		if wait := recordEvery - time.Since(last); wait > 0 {
+			time.Sleep(wait)
+		}
+		last = time.Now()
 		batch = append(batch[:0], first)
 	fill:
 		for len(batch) < maxRecordBatch {
