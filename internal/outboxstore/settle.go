@@ -41,9 +41,8 @@ type Ack struct {
 }
 
 // MarkSent marks acknowledged rows SENT and returns how many it marked (fewer
-// than asked when a lane's lease was lost meanwhile). freshPlan plans it for
-// the table as it is now, as Claim's FreshPlan does.
-func MarkSent(ctx context.Context, db DB, member string, acks []Ack, freshPlan bool) (int64, error) {
+// than asked when a lane's lease was lost meanwhile).
+func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, error) {
 	seqs := make([]int64, len(acks))
 	parts := make([]int32, len(acks))
 	offs := make([]int64, len(acks))
@@ -55,17 +54,12 @@ func MarkSent(ctx context.Context, db DB, member string, acks []Ack, freshPlan b
 		seqs[i], parts[i], offs[i] = a.Seq, a.Partition, a.Offset
 		lo, hi = min(lo, a.Seq), max(hi, a.Seq)
 	}
-	// Planned afresh while the statistics describe a small or stale table,
-	// like the claim (see Claim): a generic plan cached on an empty table
-	// hashes the batch against a scan of all of it. Otherwise the prepared
-	// statement's plan: planning this UPDATE took 0.1–0.2 ms of PostgreSQL
-	// CPU on every mark (EXPLAIN, warm session), and at 1,000 events/s in
-	// small transactions the relay runs a few hundred cycles a second.
-	mode := pgx.QueryExecModeCacheStatement
-	if freshPlan {
-		mode = pgx.QueryExecModeExec
-	}
-	tag, err := db.Exec(ctx, markSentSQL, mode, member, seqs, parts, offs, lo, hi)
+	// Planned afresh each time, like the claim (see Claim): a generic plan
+	// cached on an empty table hashes the batch against a scan of all of it.
+	// (Its prepared plan once the statistics describe a sizeable table, as
+	// the claim does, was tried: the relay fell behind at 5,000 events/s for
+	// the 10 s after its first ANALYZE, and late commits waited 1.5 s.)
+	tag, err := db.Exec(ctx, markSentSQL, pgx.QueryExecModeExec, member, seqs, parts, offs, lo, hi)
 	if err != nil {
 		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
 	}

@@ -77,7 +77,7 @@ func (r *Relay) markSent(ctx context.Context, rows []*row, idx []int, results []
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	n, err := outboxstore.MarkSent(qctx, r.pool, r.cfg.MemberID, acks, r.freshPlans.Load())
+	n, err := outboxstore.MarkSent(qctx, r.pool, r.cfg.MemberID, acks)
 	if err != nil {
 		// The rows stay NEW and will be produced again with the same
 		// dedup-id: at least once, never lost.
