@@ -330,6 +330,14 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 func (c *Consumer) startSpan(ctx context.Context, ev *event) (context.Context, trace.Span) {
 	r := ev.rec
 	parent := tracing.ContextWithRemoteParent(ctx, ev.traceparent, ev.tracestate)
+	sctx, span := c.tracer.Start(parent, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		// No SDK or not sampled: the attributes would be built for nothing,
+		// for every record. The header's own context is passed on, so the
+		// trace still continues.
+		ev.traceparent, ev.tracestate = tracing.Traceparent(parent)
+		return sctx, span
+	}
 	attrs := []attribute.KeyValue{
 		attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.operation.type", "process"),
@@ -342,11 +350,9 @@ func (c *Consumer) startSpan(ctx context.Context, ev *event) (context.Context, t
 	if len(r.Key) > 0 {
 		attrs = append(attrs, attribute.String("messaging.kafka.message.key", strings.ToValidUTF8(string(r.Key), "\uFFFD")))
 	}
-	sctx, span := c.tracer.Start(parent, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
-	// A recording span is the webhook's parent. Otherwise (no SDK, not
-	// sampled) the span is not exported, so the header's own context is
-	// passed on and the trace still continues.
-	if span.IsRecording() && span.SpanContext().IsValid() {
+	span.SetAttributes(attrs...)
+	// A recording span is the webhook's parent.
+	if span.SpanContext().IsValid() {
 		ev.traceparent, ev.tracestate = tracing.Traceparent(sctx)
 	} else {
 		ev.traceparent, ev.tracestate = tracing.Traceparent(parent)
@@ -357,7 +363,13 @@ func (c *Consumer) startSpan(ctx context.Context, ev *event) (context.Context, t
 // finish records the record's outcome on its span, logs it and counts it.
 func (c *Consumer) finish(ctx context.Context, span trace.Span, ev *event, err error) {
 	defer span.End()
-	log := c.logger.With("dedup_id", ev.dedupID, "topic", ev.rec.Topic, "partition", ev.rec.Partition, "offset", ev.rec.Offset)
+	// The record's logger is built only for a line that is written: at
+	// 1,000 records/s the four attributes of every record cost ~1% of the
+	// bridge's CPU with debug lines off.
+	log := func() *slog.Logger {
+		return c.logger.With("dedup_id", ev.dedupID, "topic", ev.rec.Topic, "partition", ev.rec.Partition, "offset", ev.rec.Offset)
+	}
+	debug := c.logger.Enabled(ctx, slog.LevelDebug)
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, "batch not stored: "+err.Error())
@@ -366,15 +378,19 @@ func (c *Consumer) finish(ctx context.Context, span trace.Span, ev *event, err e
 		span.SetAttributes(attribute.String("bridge.dlq_reason", ev.badReason))
 		span.SetStatus(codes.Error, "dead-lettered: "+ev.badReason)
 		c.stats.deadLettered.Add(1)
-		log.WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+contract.DeadLetterSuffix)
+		log().WarnContext(ctx, "record dead-lettered", "reason", ev.badReason, "dlq_topic", ev.rec.Topic+contract.DeadLetterSuffix)
 	case ev.duplicate:
 		span.SetAttributes(attribute.Bool("bridge.duplicate", true))
 		c.stats.duplicates.Add(1)
-		log.DebugContext(ctx, "record already processed; no deliveries")
+		if debug {
+			log().DebugContext(ctx, "record already processed; no deliveries")
+		}
 	default:
 		span.SetAttributes(attribute.Int("bridge.deliveries", ev.deliveries))
 		c.stats.deliveries.Add(int64(ev.deliveries))
-		log.DebugContext(ctx, "record processed", "deliveries", ev.deliveries)
+		if debug {
+			log().DebugContext(ctx, "record processed", "deliveries", ev.deliveries)
+		}
 	}
 	c.stats.records.Add(1)
 }

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +11,21 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/httpconv"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/contract"
@@ -41,6 +50,9 @@ const (
 //   - redirects are never followed: a 3xx is the answer, and a failure;
 //   - the W3C trace context in the request's context is injected as
 //     traceparent/tracestate, and a client span recorded when tp has an SDK;
+//   - the HTTP client metrics (http.client.request.duration and
+//     http.client.request.body.size, docs/observability.md) are recorded into
+//     otel's global meter provider;
 //   - up to conns idle keep-alive connections per host, the most requests
 //     the caller runs at once (its workers): with fewer, every request over
 //     the pool's size closed its connection afterwards and the next one
@@ -64,54 +76,267 @@ func NewHTTPClient(allowed []netip.Prefix, tp trace.TracerProvider, conns int) *
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: 0, // the per-attempt context bounds the whole request
 	}
-	// The propagator is passed explicitly rather than taken from otel's
-	// global: the stored traceparent must travel even when no SDK (and no
-	// global propagator) is configured.
-	rt := otelhttp.NewTransport(attemptSpan{next: base},
-		otelhttp.WithTracerProvider(tp),
-		otelhttp.WithPropagators(propagation.TraceContext{}),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "webhook POST " + r.URL.Host }),
-	)
 	return &http.Client{
-		Transport: rt,
+		Transport: newWebhookTransport(base, tp, otel.GetMeterProvider()),
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
 	}
 }
 
+// webhookTransport is the client's instrumentation: the CLIENT span of each
+// attempt, the trace context in its headers and the HTTP client metrics.
+//
+// It replaces otelhttp's transport, which did the same at ~7% of the
+// deliverer process's CPU in bench pipeline (3,000 requests/s): per request
+// it cloned the request, built the span's attributes even for a no-op tracer,
+// and built and sorted a new attribute set for its metrics. Here the span's
+// attributes are built only for a recording span, and the metrics'
+// attribute sets are made once per (server, status) and kept. The span name
+// and attributes, the metric names, units, buckets, attributes and scope
+// are otelhttp's (docs/observability.md), so dashboards and traces do not
+// change.
+type webhookTransport struct {
+	next        http.RoundTripper
+	tracer      trace.Tracer
+	propagator  propagation.TextMapPropagator
+	duration    metric.Float64Histogram
+	bodySize    metric.Int64Histogram
+	metricAttrs sync.Map // metricKey → metric.MeasurementOption
+}
+
+// otelhttpScope is the instrumentation scope the client metrics and spans
+// were recorded under by otelhttp, kept so their series do not change.
+const otelhttpScope = "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+func newWebhookTransport(next http.RoundTripper, tp trace.TracerProvider, mp metric.MeterProvider) *webhookTransport {
+	t := &webhookTransport{
+		next:   next,
+		tracer: tp.Tracer(otelhttpScope, trace.WithInstrumentationVersion(otelhttp.Version)),
+		// Passed explicitly rather than taken from otel's global: the
+		// stored traceparent must travel even when no SDK (and no global
+		// propagator) is configured.
+		propagator: propagation.TraceContext{},
+	}
+	meter := mp.Meter(otelhttpScope, metric.WithInstrumentationVersion(otelhttp.Version))
+	// Instrument errors leave a no-op instrument: metrics must not stop
+	// deliveries.
+	duration, err := httpconv.NewClientRequestDuration(meter,
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10))
+	if err != nil {
+		otel.Handle(err)
+	}
+	bodySize, err := httpconv.NewClientRequestBodySize(meter)
+	if err != nil {
+		otel.Handle(err)
+	}
+	t.duration, t.bodySize = duration.Inst(), bodySize.Inst()
+	if t.duration == nil {
+		t.duration = metricnoop.Float64Histogram{}
+	}
+	if t.bodySize == nil {
+		t.bodySize = metricnoop.Int64Histogram{}
+	}
+	return t
+}
+
+// metricKey is what a request's metric attributes depend on.
+type metricKey struct {
+	scheme, host, proto, errType string
+	port, status                 int
+}
+
+func (t *webhookTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	host, port := splitHostPort(r.URL.Host)
+	ctx, span := t.tracer.Start(r.Context(), "webhook POST "+r.URL.Host, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(requestSpanAttrs(r, host, port)...)
+		if c, ok := ctx.Value(attemptKey{}).(*store.Claim); ok {
+			span.SetAttributes(
+				attribute.Int("webhook.attempt", c.Attempts),
+				attribute.String("webhook.subscription_id", c.SubscriptionID),
+				attribute.Int64("webhook.delivery_id", c.ID),
+				attribute.String("messaging.message.id", c.EventID),
+				attribute.String("webhook.event_type", c.EventType),
+				attribute.Bool("webhook.revived", c.Revived),
+				// Replaces the full URL, which keeps the query string:
+				// subscribers put tokens there, and traces travel as far
+				// as logs.
+				attribute.String("url.full", redactURL(c.URL)),
+			)
+		}
+	}
+	// A RoundTripper must not modify the request: the trace context goes
+	// into a copy of its headers.
+	out := r.WithContext(ctx)
+	out.Header = r.Header.Clone()
+	t.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+
+	resp, err := t.next.RoundTrip(out)
+	elapsed := time.Since(start)
+	key := metricKey{scheme: r.URL.Scheme, host: host, proto: r.Proto, port: port}
+	if err == nil {
+		key.status = resp.StatusCode
+		if resp.Proto != "" {
+			key.proto = resp.Proto
+		}
+	} else {
+		key.errType = errorType(err)
+	}
+	opt := t.metricOption(key)
+	t.duration.Record(ctx, float64(elapsed)/float64(time.Second), opt)
+	// The body's size once it went out: otelhttp counted the bytes the
+	// transport read, which is the whole body when an answer came (the
+	// bridge's bodies have a known length) and none when the connection
+	// failed before the request was written.
+	sent := max(r.ContentLength, 0)
+	if err != nil {
+		sent = 0
+	}
+	t.bodySize.Record(ctx, sent, opt)
+
+	if err != nil {
+		if span.IsRecording() {
+			span.SetAttributes(semconv.ErrorType(err))
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		return resp, err
+	}
+	if span.IsRecording() {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+		if resp.StatusCode >= 400 || resp.StatusCode < 100 {
+			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(resp.StatusCode)))
+		}
+		if _, v := netProtocol(resp.Proto); v != "" {
+			span.SetAttributes(semconv.NetworkProtocolVersion(v))
+		}
+		switch {
+		case resp.StatusCode < 100 || resp.StatusCode >= 600:
+			span.SetStatus(codes.Error, fmt.Sprintf("Invalid HTTP status code %d", resp.StatusCode))
+		case resp.StatusCode >= 400:
+			span.SetStatus(codes.Error, "")
+		case resp.StatusCode >= 300:
+			// A failure here: redirects are never followed.
+			span.SetStatus(codes.Error, fmt.Sprintf("HTTP %d: redirects are not followed", resp.StatusCode))
+		}
+	}
+	// The span ends when the answer has been read (or closed unread).
+	resp.Body = &spanBody{ReadCloser: resp.Body, span: span}
+	return resp, nil
+}
+
+// metricOption is the metrics' attribute set for key, made once.
+func (t *webhookTransport) metricOption(key metricKey) metric.MeasurementOption {
+	if o, ok := t.metricAttrs.Load(key); ok {
+		return o.(metric.MeasurementOption)
+	}
+	name, version := netProtocol(key.proto)
+	attrs := []attribute.KeyValue{
+		semconv.HTTPRequestMethodPost,
+		semconv.ServerAddress(key.host),
+		semconv.URLScheme(cmp.Or(key.scheme, "http")),
+	}
+	if p := requiredPort(key.scheme == "https", key.port); p > 0 {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	if name != "" {
+		attrs = append(attrs, semconv.NetworkProtocolName(name))
+	}
+	if version != "" {
+		attrs = append(attrs, semconv.NetworkProtocolVersion(version))
+	}
+	if key.status > 0 {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(key.status))
+	} else if key.errType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(key.errType))
+	}
+	o, _ := t.metricAttrs.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	return o.(metric.MeasurementOption)
+}
+
+// requestSpanAttrs are the span attributes known before the request goes
+// out (url.full is the bridge's redacted one, set by RoundTrip).
+func requestSpanAttrs(r *http.Request, host string, port int) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.ServerAddress(host)}
+	if p := requiredPort(r.URL.Scheme == "https", port); p > 0 {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	if _, v := netProtocol(r.Proto); v != "" {
+		attrs = append(attrs, semconv.NetworkProtocolVersion(v))
+	}
+	return attrs
+}
+
+// splitHostPort splits a URL's host[:port] (port -1 when absent).
+func splitHostPort(hostport string) (string, int) {
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return strings.Trim(hostport, "[]"), -1
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return host, -1
+	}
+	return host, port
+}
+
+// requiredPort is the port the semantic conventions ask to be recorded:
+// only one that is not the scheme's default.
+func requiredPort(https bool, port int) int {
+	if port <= 0 || (https && port == 443) || (!https && port == 80) {
+		return -1
+	}
+	return port
+}
+
+// netProtocol splits "HTTP/1.1" into "http" and "1.1".
+func netProtocol(proto string) (name, version string) {
+	name, version, _ = strings.Cut(proto, "/")
+	return strings.ToLower(name), version
+}
+
+// errorType is the error.type of a transport error: the error's type name,
+// a value of low cardinality.
+func errorType(err error) string {
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() == "" || t.Name() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
+// spanBody ends the attempt's span once the answer is read to its end or
+// closed.
+type spanBody struct {
+	io.ReadCloser
+	span trace.Span
+	once sync.Once
+}
+
+func (b *spanBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end()
+	}
+	return n, err
+}
+
+func (b *spanBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.end()
+	return err
+}
+
+func (b *spanBody) end() { b.once.Do(func() { b.span.End() }) }
+
 // attemptKey carries the claim into the request's context, so the client
 // span of the attempt can say which delivery, subscription and attempt it is.
 type attemptKey struct{}
-
-// attemptSpan runs inside otelhttp's transport, where the request's context
-// holds the client span otelhttp started: it adds the bridge's attributes to
-// it, and marks a 3xx (a failure here: redirects are never followed) as an
-// error, which otelhttp does not.
-type attemptSpan struct{ next http.RoundTripper }
-
-func (a attemptSpan) RoundTrip(r *http.Request) (*http.Response, error) {
-	span := trace.SpanFromContext(r.Context())
-	if c, ok := r.Context().Value(attemptKey{}).(*store.Claim); ok && span.IsRecording() {
-		span.SetAttributes(
-			attribute.Int("webhook.attempt", c.Attempts),
-			attribute.String("webhook.subscription_id", c.SubscriptionID),
-			attribute.Int64("webhook.delivery_id", c.ID),
-			attribute.String("messaging.message.id", c.EventID),
-			attribute.String("webhook.event_type", c.EventType),
-			attribute.Bool("webhook.revived", c.Revived),
-			// Replaces otelhttp's url.full, which keeps the query string:
-			// subscribers put tokens there, and traces travel as far as
-			// logs.
-			attribute.String("url.full", redactURL(c.URL)),
-		)
-	}
-	resp, err := a.next.RoundTrip(r)
-	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		span.SetStatus(codes.Error, fmt.Sprintf("HTTP %d: redirects are not followed", resp.StatusCode))
-	}
-	return resp, err
-}
 
 // result is what one HTTP attempt produced.
 type result struct {

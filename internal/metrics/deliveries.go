@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,9 +85,34 @@ func (m *Metrics) Deliveries() Deliveries {
 // duration and its outcome (OutcomeDelivered, OutcomeRetry, OutcomeDead).
 func (d Deliveries) Attempt(statusCode int, duration time.Duration, outcome string) {
 	ctx := context.Background()
-	d.m.delivery.attempts.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("outcome", outcome), attribute.String("status_class", StatusClass(statusCode))))
-	d.m.delivery.duration.Record(ctx, max(duration, 0).Seconds(), metric.WithAttributes(attribute.String("outcome", outcome)))
+	class := StatusClass(statusCode)
+	d.m.delivery.attempts.Add(ctx, 1, attemptAttrs(outcome, class))
+	d.m.delivery.duration.Record(ctx, max(duration, 0).Seconds(), outcomeAttrs(outcome))
+}
+
+// attemptSets and outcomeSets hold the attribute sets of the outcomes and
+// status classes that occur: Attempt runs for every webhook request, and
+// building and sorting a new set each time was most of its cost.
+var attemptSets, outcomeSets sync.Map // attemptKey or outcome → metric option
+
+type attemptKey struct{ outcome, class string }
+
+func attemptAttrs(outcome, class string) metric.AddOption {
+	key := attemptKey{outcome, class}
+	if o, ok := attemptSets.Load(key); ok {
+		return o.(metric.AddOption)
+	}
+	o, _ := attemptSets.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("outcome", outcome), attribute.String("status_class", class))))
+	return o.(metric.AddOption)
+}
+
+func outcomeAttrs(outcome string) metric.RecordOption {
+	if o, ok := outcomeSets.Load(outcome); ok {
+		return o.(metric.RecordOption)
+	}
+	o, _ := outcomeSets.LoadOrStore(outcome, metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", outcome))))
+	return o.(metric.RecordOption)
 }
 
 // SubscriptionDisabled records a subscription disabled by the deliverer.

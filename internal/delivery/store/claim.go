@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/keyring"
@@ -362,6 +364,13 @@ type DeliveryStore struct {
 	Operations string
 	// keys opens the signing secrets a claim returns (WithKeys).
 	keys *keyring.Ring
+	// readClaims reads the claim's rows; nil: collectClaims. A test makes
+	// it fail to show that claims which could not be read are given back.
+	readClaims func(pgx.Rows) ([]Claim, error)
+}
+
+func collectClaims(rows pgx.Rows) ([]Claim, error) {
+	return pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
 }
 
 // NewDeliveryStore returns a store on db.
@@ -462,7 +471,7 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	}
 	var err error
 	if pool, ok := s.db.(*pgxpool.Pool); ok {
-		err = claimPipelined(ctx, pool, first, claimArgs, &res.Claims)
+		err = s.claimPipelined(ctx, pool, first, claimArgs, &res.Claims)
 	} else {
 		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
@@ -478,8 +487,8 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 			if err != nil {
 				return err
 			}
-			res.Claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
-			return err
+			res.Claims, err = s.read(rows)
+			return err // a claim that could not be read rolls back with the transaction
 		})
 	}
 	if err != nil {
@@ -506,7 +515,15 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 // claim that succeeded, and the claims are returned only once it has: a
 // delivery is never sent on a claim that was not committed. A transaction
 // left open is rolled back before the connection goes back to the pool.
-func claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Batch), claimArgs func() ([]any, bool), into *[]Claim) error {
+//
+// The COMMIT is sent with the claim, so it also commits claims whose rows
+// this process then fails to read (a scan error: the claim ran, its result
+// does not fit Claim). Those rows would sit 'delivering' with an attempt
+// charged, unsent, until their lease ran out. So the claim's transaction id
+// is read after it, and such a claim is undone at once by unclaimSQL: its
+// rows pending again, their attempt not charged, as if it had rolled back
+// (TestClaimThatCannotBeReadIsGivenBack).
+func (s *DeliveryStore) claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Batch), claimArgs func() ([]any, bool), into *[]Claim) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -532,18 +549,56 @@ func claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Bat
 		return err
 	}
 	var claims []Claim
+	var readErr error
+	var xid *string
 	b = &pgx.Batch{}
-	b.Queue(claimSQL, args...).Query(func(rows pgx.Rows) error {
+	// Fn, not Query: Query's wrapper returns the rows' error, which would
+	// stop the batch before the transaction id is read.
+	b.Queue(claimSQL, args...).Fn = func(br pgx.BatchResults) error {
+		rows, _ := br.Query()
 		var err error
-		claims, err = pgx.CollectRows(rows, pgx.RowToStructByName[Claim])
-		return err
-	})
+		claims, err = s.read(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		var pgErr *pgconn.PgError
+		if err == nil || errors.As(err, &pgErr) {
+			return err // a claim that failed: PostgreSQL skips the COMMIT
+		}
+		readErr = err // read on, so that the transaction id comes back
+		return nil
+	}
+	b.Queue(`SELECT pg_current_xact_id_if_assigned()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
+	if readErr != nil {
+		if xid != nil {
+			if _, err := conn.Exec(ctx, unclaimSQL, args[0], *xid); err != nil {
+				return fmt.Errorf("%w; giving its claims back failed too, they return when their lease expires: %v", readErr, err)
+			}
+		}
+		return readErr
+	}
 	*into = claims
 	return nil
+}
+
+// unclaimSQL gives back the claims of claimer $1 made by the committed
+// transaction $2 (see claimPipelined), as releaseSQL does: pending again,
+// attempt not charged. Rate tokens the claim spent stay spent.
+const unclaimSQL = `
+UPDATE bridge.deliveries
+SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, claimed_by = NULL
+WHERE claimed_by = $1 AND status = 'delivering' AND xmin = $2::text::xid8::xid`
+
+func (s *DeliveryStore) read(rows pgx.Rows) ([]Claim, error) {
+	if s.readClaims != nil {
+		return s.readClaims(rows)
+	}
+	return collectClaims(rows)
 }
 
 // rateWait is ClaimResult.RateWait: the soonest next whole token of the

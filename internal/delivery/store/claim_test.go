@@ -2,11 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/testkit"
 )
@@ -341,11 +345,16 @@ func TestClaimFindsStreamsWokenByInsertOutcomeAndRevive(t *testing.T) {
 	s := b.createSub(t, "https://a.example/hook")
 	ok := Outcome{StartedAt: time.Now(), StatusCode: 200}
 
-	// Emptied stream: the next claim parks it ('infinity'); an insert wakes it.
+	// Emptied stream: its last row's success parks it ('infinity'); an
+	// insert wakes it.
 	b.insert(t, s.ID, "x", 1, `{}`)
 	cs := claimOnce(t, b, "w", 10)
 	if _, err := b.store.Complete(ctx, &cs[0], "w", ok); err != nil {
 		t.Fatal(err)
+	}
+	var parked bool
+	if err := b.pool.QueryRow(ctx, `SELECT ready_at = 'infinity' FROM bridge.delivery_streams WHERE asset_key = 'x'`).Scan(&parked); err != nil || !parked {
+		t.Fatalf("stream after its last row's success: parked %v (%v), want parked", parked, err)
 	}
 	if got := claimOnce(t, b, "w", 10); len(got) != 0 {
 		t.Fatalf("claimed %v from an empty stream", ids(got))
@@ -478,5 +487,31 @@ WHERE d.status <> 'delivered' ORDER BY d.seq`)
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// The claim is sent with its COMMIT, so a claim whose rows this process
+// cannot read is committed before it knows. Its rows must not wait a lease
+// 'delivering' with an attempt charged for a request never sent: they are
+// given back at once, uncharged, and the next claim takes them.
+func TestClaimThatCannotBeReadIsGivenBack(t *testing.T) {
+	b, ctx := setup(t)
+	sub := b.createSub(t, "https://a.example/hook")
+	ids := []int64{b.insert(t, sub.ID, "a", 1, `{}`), b.insert(t, sub.ID, "b", 1, `{}`)}
+	broken := NewDeliveryStore(b.pool)
+	broken.readClaims = func(rows pgx.Rows) ([]Claim, error) {
+		return nil, errors.New("row does not fit Claim")
+	}
+	if _, err := broken.Claim(ctx, ClaimParams{ClaimedBy: "w", Limit: 10, MaxInFlight: 8, Lease: time.Hour}); err == nil ||
+		!strings.Contains(err.Error(), "row does not fit Claim") {
+		t.Fatalf("claim that cannot be read: err = %v, want the read error", err)
+	}
+	for _, id := range ids {
+		if r := b.get(t, id); r.Status != StatusPending || r.Attempts != 0 {
+			t.Fatalf("delivery %d after a claim that could not be read: %s with %d attempts, want pending with 0", id, r.Status, r.Attempts)
+		}
+	}
+	if cs := claimOnce(t, b, "w", 10); len(cs) != 2 || cs[0].Attempts != 1 {
+		t.Fatalf("next claim: %d claims (first attempt %v), want both, on their first attempt", len(cs), cs)
 	}
 }

@@ -42,7 +42,7 @@ func TestPruneIdleStreamsNeverStrandsADelivery(t *testing.T) {
 	if n := drain(); n != streams {
 		t.Fatalf("delivered %d, want %d", n, streams)
 	}
-	// The last (empty) claim parked every stream: nothing left in them.
+	// Each stream's last success parked it: nothing left in them.
 	idle := func() int {
 		var n int
 		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.delivery_streams WHERE ready_at = 'infinity'`).Scan(&n); err != nil {
