@@ -44,16 +44,26 @@ func (s *DeliveryStore) PruneDelivered(ctx context.Context, retention time.Durat
 // Delivered and dead rows do not keep a stream: a revive re-creates it.
 // The batch is a MATERIALIZED CTE so its LIMIT holds (an IN (subquery)
 // can be re-run per outer row and delete more than the batch).
+//
+// Parked streams are found per subscription, as the range (subscription_id,
+// 'infinity') of delivery_streams_ready: the index of parked streams that
+// did this (dropped by migration 00140) took an entry at every park, i.e.
+// at nearly every delivery, for a statement that runs once a minute.
 const pruneIdleStreamsSQL = `
 WITH idle AS MATERIALIZED (
-  SELECT x.subscription_id, x.asset_key FROM bridge.delivery_streams x
-  WHERE x.ready_at = 'infinity'
-    AND NOT EXISTS (SELECT 1 FROM bridge.deliveries d
-                    WHERE d.subscription_id = x.subscription_id
-                      AND coalesce(d.asset_id, '') = x.asset_key
-                      AND d.status IN ('pending', 'delivering'))
+  SELECT i.subscription_id, i.asset_key
+  FROM bridge.subscriptions s
+  CROSS JOIN LATERAL (
+    SELECT x.subscription_id, x.asset_key FROM bridge.delivery_streams x
+    WHERE x.subscription_id = s.id AND x.ready_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM bridge.deliveries d
+                      WHERE d.subscription_id = x.subscription_id
+                        AND coalesce(d.asset_id, '') = x.asset_key
+                        AND d.status IN ('pending', 'delivering'))
+    LIMIT $1
+    FOR UPDATE OF x SKIP LOCKED
+  ) i
   LIMIT $1
-  FOR UPDATE OF x SKIP LOCKED
 )
 DELETE FROM bridge.delivery_streams st
 USING idle
