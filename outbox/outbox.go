@@ -22,11 +22,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sort"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/topicname"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -67,6 +65,10 @@ var w3cTraceparent, w3cTracestate = func() (string, string) {
 }()
 
 const enqueueSQL = `SELECT bridge.enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7)`
+
+// enqueueBatchSQL returns the ids in the order of the arrays.
+const enqueueBatchSQL = `SELECT r.id FROM bridge.enqueue_batch($1::text[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[]::jsonb[], $6::text[], $7::text[])
+  WITH ORDINALITY AS r(id, n) ORDER BY r.n`
 
 func (e Event) validate() error {
 	switch {
@@ -117,70 +119,73 @@ func Enqueue(ctx context.Context, tx pgx.Tx, ev Event) (uuid.UUID, error) {
 // ids in the same order. Events of one asset keep their relative order. The
 // per-asset locks are taken in a stable order (sorted asset ids) before any
 // event is written, so two batches touching the same assets in different
-// orders cannot deadlock each other.
+// orders cannot deadlock each other. It is one statement
+// (bridge.enqueue_batch, migration 00151) whatever the number of events:
+// one bridge.enqueue call per event cost the writers most of their CPU.
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, error) {
 	for i, ev := range events {
 		if err := ev.validate(); err != nil {
 			return nil, fmt.Errorf("event %d: %w", i, err)
 		}
 	}
-	assets := map[string]struct{}{}
-	for _, ev := range events {
-		assets[ev.AssetID] = struct{}{}
+	if len(events) == 0 {
+		return nil, nil
 	}
-	lockOrder := make([]string, 0, len(assets))
-	for a := range assets {
-		lockOrder = append(lockOrder, a)
-	}
-	sort.Strings(lockOrder)
-
-	b := &pgx.Batch{}
-	if len(lockOrder) > 1 {
-		// Pre-lock every asset counter in sorted order (creating missing ones
-		// without advancing them), then write the events in caller order.
-		b.Queue(outboxstore.LockCountersSQL, lockOrder)
-	}
-	for _, ev := range events {
-		args, err := enqueueArgs(ctx, ev)
+	tp, ts := traceContext(ctx)
+	topics := make([]string, len(events))
+	assets := make([]*string, len(events))
+	types := make([]string, len(events))
+	payloads := make([]string, len(events))
+	headers := make([]string, len(events))
+	tps := make([]*string, len(events))
+	tss := make([]*string, len(events))
+	for i, ev := range events {
+		hdr, err := headersJSON(ev)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("event %d: %w", i, err)
 		}
-		b.Queue(enqueueSQL, args...)
-	}
-	res := tx.SendBatch(ctx, b)
-	defer res.Close()
-	if len(lockOrder) > 1 {
-		if _, err := res.Exec(); err != nil {
-			return nil, fmt.Errorf("lock asset counters: %w", err)
+		topics[i], types[i], payloads[i], headers[i], tps[i], tss[i] = ev.Topic, ev.EventType, string(ev.Payload), hdr, tp, ts
+		if ev.AssetID != "" {
+			assets[i] = &ev.AssetID
 		}
 	}
-	ids := make([]uuid.UUID, len(events))
-	for i := range events {
-		if err := res.QueryRow().Scan(&ids[i]); err != nil {
-			return nil, fmt.Errorf("enqueue outbox event %d: %w", i, err)
-		}
-	}
-	if err := res.Close(); err != nil {
+	rows, err := tx.Query(ctx, enqueueBatchSQL, topics, assets, types, payloads, headers, tps, tss)
+	if err != nil {
 		return nil, fmt.Errorf("enqueue outbox batch: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("enqueue outbox batch: %w", err)
+	}
+	if len(ids) != len(events) {
+		return nil, fmt.Errorf("enqueue outbox batch: %d ids for %d events", len(ids), len(events))
 	}
 	return ids, nil
 }
 
-func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
+func headersJSON(ev Event) (string, error) {
 	headers := ev.Headers
 	if headers == nil {
 		headers = map[string]string{}
 	}
 	hdr, err := json.Marshal(headers)
 	if err != nil {
-		return nil, fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
+		return "", fmt.Errorf("%w: headers: %v", ErrInvalidEvent, err)
+	}
+	return string(hdr), nil
+}
+
+func enqueueArgs(ctx context.Context, ev Event) ([]any, error) {
+	hdr, err := headersJSON(ev)
+	if err != nil {
+		return nil, err
 	}
 	var asset *string
 	if ev.AssetID != "" {
 		asset = &ev.AssetID
 	}
 	tp, ts := traceContext(ctx)
-	return []any{ev.Topic, asset, ev.EventType, string(ev.Payload), string(hdr), tp, ts}, nil
+	return []any{ev.Topic, asset, ev.EventType, string(ev.Payload), hdr, tp, ts}, nil
 }
 
 // traceContext captures the caller's span context as W3C strings. A malformed

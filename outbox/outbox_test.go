@@ -269,3 +269,70 @@ func TestEnqueueBatchOppositeOrdersDoNotDeadlock(t *testing.T) {
 		t.Fatalf("rows = %d (%v)", n, err)
 	}
 }
+
+// bridge.enqueue_batch (what EnqueueBatch calls) keeps bridge.enqueue's
+// rules event by event: the same checks naming the event, a malformed
+// traceparent dropped, and per asset asset_seq continuing the asset's
+// numbering in array order, with seq in array order.
+func TestSQLEnqueueBatchKeepsEnqueueRules(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	ctx := context.Background()
+	batch := func(topics, assets, types, payloads, headers, tps, tss string) string {
+		return fmt.Sprintf(`SELECT bridge.enqueue_batch(%s::text[], %s::text[], %s::text[], %s::text[]::jsonb[], %s::text[]::jsonb[], %s::text[], %s::text[])`,
+			topics, assets, types, payloads, headers, tps, tss)
+	}
+	cases := []struct{ name, sql, want string }{
+		{"bad topic", batch(`'{t,"bad topic"}'`, `'{a,a}'`, `'{e,e}'`, `'{1,2}'`, `'{"{}","{}"}'`, `'{NULL,NULL}'`, `'{NULL,NULL}'`),
+			"event 2 (of 2): topic 'bad topic' is not a valid Kafka topic name: only ASCII letters"},
+		{"empty event type", batch(`'{t}'`, `'{a}'`, `'{""}'`, `'{1}'`, `'{"{}"}'`, `'{NULL}'`, `'{NULL}'`), "event 1 (of 1): event_type must not be empty"},
+		{"null payload", batch(`'{t}'`, `'{a}'`, `'{e}'`, `'{NULL}'`, `'{"{}"}'`, `'{NULL}'`, `'{NULL}'`), "payload must not be NULL"},
+		{"headers not an object", batch(`'{t}'`, `'{a}'`, `'{e}'`, `'{1}'`, `'{"[1]"}'`, `'{NULL}'`, `'{NULL}'`), "headers must be a JSON object of strings, got array"},
+		{"header not a string", batch(`'{t}'`, `'{a}'`, `'{e}'`, `'{1}'`, `'{"{\"x\": 1}"}'`, `'{NULL}'`, `'{NULL}'`), "every header value must be a JSON string"},
+		{"arrays of different lengths", batch(`'{t}'`, `'{a,b}'`, `'{e}'`, `'{1}'`, `'{"{}"}'`, `'{NULL}'`, `'{NULL}'`), "every array must hold one element per event"},
+	}
+	for _, c := range cases {
+		_, err := db.Pool.Exec(ctx, c.sql)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, c.want) {
+			t.Errorf("%s: err = %v, want 22023 %q", c.name, err, c.want)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.outbox`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows written by refused batches (%v)", n, err)
+	}
+
+	good := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	if _, err := db.Pool.Exec(ctx, `SELECT bridge.enqueue('t', 'A', 'e', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(ctx, batch(`'{t,t,t,t}'`, `'{B,A,NULL,A}'`, `'{e,e,e,e}'`, `'{1,2,3,4}'`, `'{"{}",NULL,"{\"k\": \"v\"}","{}"}'`,
+		`'{`+good+`,bad,NULL,NULL}'`, `'{s1,s2,NULL,NULL}'`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("ids %v, err %v", ids, err)
+	}
+	type got struct {
+		ID       uuid.UUID
+		Asset    string
+		AssetSeq int64
+		Payload  string
+		TP, TS   string
+	}
+	rs, err := db.Pool.Query(ctx, `SELECT id, coalesce(asset_id, ''), asset_seq, payload::text, coalesce(traceparent, ''), coalesce(tracestate, '')
+		FROM bridge.outbox WHERE payload::text <> '{}' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := pgx.CollectRows(rs, pgx.RowToStructByPos[got])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []got{{ids[0], "B", 1, "1", good, "s1"}, {ids[1], "A", 2, "2", "", ""}, {ids[2], "", 1, "3", "", ""}, {ids[3], "A", 3, "4", "", ""}}
+	if fmt.Sprint(all) != fmt.Sprint(want) {
+		t.Fatalf("rows in seq order:\n got %v\nwant %v", all, want)
+	}
+}

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,6 +133,9 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
 			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
 	}
+	if worst := worstSeconds(res.Seconds, 5); worst != "" {
+		rows = append(rows, []string{"p99 second by second", worst})
+	}
 	for _, m := range res.Minutes {
 		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d webhooks, latency p99 %.1f ms; %s; bridge %.2f cores, machine %.2f",
 			m.Webhooks, m.LatencyP99Ms, stagesText(m.Stages), m.BridgeCPUCores, m.MachineBusyCores)})
@@ -143,4 +149,30 @@ func stagesText(s pipelinebench.Stages) string {
 		s.RelayP50Ms, s.RelayP99Ms, s.ConsumerP50Ms, s.ConsumerP99Ms, s.DelivererP50Ms, s.DelivererP99Ms,
 		s.ToRequestP50Ms, s.ToRequestP99Ms, s.RequestP50Ms, s.RequestP99Ms, s.RecordP50Ms, s.RecordP99Ms,
 		s.RelayMarks, s.ConsumerBatches, s.OutcomeBatches)
+}
+
+// worstSeconds summarises the per-second p99: its median over the seconds
+// and the n worst seconds, each with the machine's CPU in it, so that a tail
+// of a few stalls shows as such.
+func worstSeconds(secs []pipelinebench.Second, n int) string {
+	var busy []pipelinebench.Second
+	for _, s := range secs {
+		if s.Webhooks > 0 {
+			busy = append(busy, s)
+		}
+	}
+	if len(busy) == 0 {
+		return ""
+	}
+	p99s := make([]float64, len(busy))
+	for i, s := range busy {
+		p99s[i] = s.LatencyP99Ms
+	}
+	slices.Sort(p99s)
+	slices.SortFunc(busy, func(a, b pipelinebench.Second) int { return cmp.Compare(b.LatencyP99Ms, a.LatencyP99Ms) })
+	parts := make([]string, 0, n)
+	for _, s := range busy[:min(n, len(busy))] {
+		parts = append(parts, fmt.Sprintf("%ds: %.0f ms (machine %.2f)", s.Second, s.LatencyP99Ms, s.MachineBusyCores))
+	}
+	return fmt.Sprintf("median of %d seconds %.0f ms; worst %s", len(busy), p99s[len(p99s)/2], strings.Join(parts, ", "))
 }

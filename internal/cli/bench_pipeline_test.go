@@ -41,6 +41,9 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 		Overlaps          int     `json:"overlapping_requests"`
 		SignatureFailures int     `json:"signature_failures"`
 		NotDelivered      int64   `json:"not_delivered"`
+		Seconds           []struct {
+			Webhooks int `json:"webhooks"`
+		} `json:"seconds"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("output is not the JSON result: %v\n%s", err, r.stdout)
@@ -54,6 +57,15 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	}
 	if res.P50 <= 0 || res.Relay <= 0 || res.Webhook <= 0 || res.RSS <= 0 {
 		t.Errorf("latency p50 %.1f ms, relay %.0f/s, webhooks %.0f/s, bridge RSS %.1f MiB: each must be measured", res.P50, res.Relay, res.Webhook, res.RSS)
+	}
+	// Every webhook's latency is in exactly one second of the per-second
+	// series.
+	var perSecond int
+	for _, s := range res.Seconds {
+		perSecond += s.Webhooks
+	}
+	if perSecond != 600 {
+		t.Errorf("the seconds hold %d webhooks in %d seconds, want all 600", perSecond, len(res.Seconds))
 	}
 }
 

@@ -147,6 +147,7 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 			{"claim while draining", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs)},
 			{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms at %d events/s offered, %.0f achieved (%d writers, %d event(s)/tx, %d events)",
 				res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs, res.LatencyOffered, res.LatencyAchieved, res.LatencyWriters, res.LatencyTxEvents, res.LatencyEvents)},
+			{"commit→ack steps", steps(res.LatencySteps, res.LatencySlowSteps)},
 			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
@@ -154,11 +155,22 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 	}
 }
 
+// steps describes the mean commit→ack steps of every event and of the
+// slowest 1%.
+func steps(all, slow relaybench.Breakdown) string {
+	f := func(b relaybench.Breakdown) string {
+		return fmt.Sprintf("wait for the claim %.1f ms (missed by an earlier claim: %.0f%%), claim %.1f ms, produce until acked %.1f ms",
+			b.WaitMs, b.Missed*100, b.ClaimMs, b.ProduceMs)
+	}
+	return "mean " + f(all) + "; at or above p99 " + f(slow)
+}
+
 func printBenchSustain(cmd *cobra.Command, res *relaybench.SustainResult) error {
 	rows := [][]string{
 		{"load", fmt.Sprintf("%d events/s offered, %.0f achieved, %d events in %.0fs (%d writers, %d events/tx)", res.OfferedRate, res.AchievedRate, res.Events, res.DurationSeconds, res.Writers, res.TxEvents)},
 		{"relay", fmt.Sprintf("%d replica(s), batch %d, xmin held: %v", res.Replicas, res.BatchSize, res.HoldXmin)},
 		{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs)},
+		{"commit→ack steps", steps(res.LatencySteps, res.LatencySlowSteps)},
 		{"claim p99", fmt.Sprintf("first minute %.1f ms, last minute %.1f ms", res.ClaimP99FirstMinuteMs, res.ClaimP99LastMinuteMs)},
 		{"outbox dead tuples at end", fmt.Sprintf("%d", res.DeadTuplesAtEnd)},
 		{"writers' transactions", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms (BEGIN to COMMIT returned)", res.WriterTxP50Ms, res.WriterTxP99Ms)},

@@ -3,8 +3,8 @@
 // The relay claims and settles rows through it, operators (CLI, admin API,
 // metrics) read and replay through it, and the demo and the relay benchmark
 // fill, count and clear their own topics through it. Applications write the
-// tables only through the SQL function bridge.enqueue (package outbox, which
-// also queues LockCountersSQL ahead of a batch).
+// tables only through the SQL functions bridge.enqueue and
+// bridge.enqueue_batch (package outbox).
 //
 // Every function takes a DB — a pool, a connection or a transaction — and
 // leaves timeouts to the caller.

@@ -188,9 +188,6 @@ func (r *Relay) Run(ctx context.Context) error {
 				full = res.more
 			}
 		}
-		if !full {
-			settle()
-		}
 		if ctx.Err() != nil {
 			settle()
 			return r.shutdown(ctx)
@@ -198,13 +195,41 @@ func (r *Relay) Run(ctx context.Context) error {
 		if full {
 			continue // more is waiting: no need to wait for a NOTIFY
 		}
+		// Wait for the next NOTIFY while the last batch's marks are still
+		// being written, as a drain's next claim does: an event that
+		// commits meanwhile is claimed at once, next to the settlement
+		// (the claim skips its rows, see settlement.excluded). Waiting for
+		// the marks first added a whole mark — a commit that queues for
+		// the WAL flush behind the writers' — to the commit→ack latency of
+		// every event committed while it ran.
 		poll.Reset(r.cfg.PollInterval)
+		if !r.waitForWork(ctx, wake, poll.C, &inflight, settle) {
+			settle() // marks are fenced by the leases: written before they are released
+			return r.shutdown(ctx)
+		}
+	}
+}
+
+// waitForWork blocks until a NOTIFY, a change of lanes or the poll interval
+// says to claim again; it returns false when ctx is done. A settlement that
+// finishes meanwhile is collected (settle) without a claim.
+func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, inflight **settlement, settle func()) bool {
+	for {
+		var written <-chan struct{} // nil (never ready) with nothing in flight
+		if *inflight != nil {
+			written = (*inflight).done
+		}
 		select {
 		case <-ctx.Done():
-			return r.shutdown(ctx)
+			return false
 		case <-wake:
+			return true
 		case <-r.lanes.changed:
-		case <-poll.C:
+			return true
+		case <-poll:
+			return true
+		case <-written:
+			settle()
 		}
 	}
 }

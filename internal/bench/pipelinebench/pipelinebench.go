@@ -123,6 +123,21 @@ type Result struct {
 	// saturated machine explains a tail that the code does not.
 	MachineBusyCores float64 `json:"machine_busy_cores"`
 	MachineCores     int     `json:"machine_cores"`
+	// Seconds is the latency second by second (by arrival time, from the
+	// load's start, through the drain), with the bridge's and the machine's
+	// CPU in each: a tail made of a few stalled seconds (a checkpoint, a
+	// vacuum) reads differently from one spread over the whole run.
+	Seconds []Second `json:"seconds"`
+}
+
+// Second is one second of the run.
+type Second struct {
+	Second           int     `json:"second"` // from the load's start, 0-based
+	Webhooks         int     `json:"webhooks"`
+	LatencyP99Ms     float64 `json:"latency_p99_ms"`
+	LatencyMaxMs     float64 `json:"latency_max_ms"`
+	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
+	MachineBusyCores float64 `json:"machine_busy_cores"`
 }
 
 // Stages are the per-stage latency percentiles (ms) over the load.
@@ -402,6 +417,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		}
 		res.Minutes = append(res.Minutes, mn)
 	}
+	res.Seconds = perSecond(samples, loadStart, cpu)
 	stages, err := stageLatencies(ctx, pool, loadStart, loadEnd)
 	if err != nil {
 		return nil, err
@@ -422,6 +438,33 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		return res, fmt.Errorf("%w: committed %.0f events/s of the %d offered", ErrShortOfRate, achieved, o.Rate)
 	}
 	return res, nil
+}
+
+// perSecond splits the samples by the second of their arrival.
+func perSecond(samples []sample, loadStart time.Time, cpu *cpuSamples) []Second {
+	var by [][]float64
+	for _, s := range samples {
+		i := int(s.at.Sub(loadStart) / time.Second)
+		if i < 0 {
+			continue
+		}
+		for len(by) <= i {
+			by = append(by, nil)
+		}
+		by[i] = append(by[i], float64(s.ms))
+	}
+	out := make([]Second, len(by))
+	for i, xs := range by {
+		slices.Sort(xs)
+		out[i] = Second{Second: i, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99), LatencyMaxMs: pct(xs, 1)}
+		from := loadStart.Add(time.Duration(i) * time.Second)
+		if b, e := cpu.at(from), cpu.at(from.Add(time.Second)); e.at.After(b.at) {
+			secs := e.at.Sub(b.at).Seconds()
+			out[i].BridgeCPUCores = (e.bridge - b.bridge).Seconds() / secs
+			out[i].MachineBusyCores = (e.machine - b.machine).Seconds() / secs
+		}
+	}
+	return out
 }
 
 // waitFor polls cond until it holds, the bridge exits, or timeout passes.

@@ -29,6 +29,82 @@ type latencies struct {
 	committed map[string]time.Time // dedup-id → commit returned, not acked yet
 	early     map[string]time.Time // acked before the writer recorded its commit
 	samples   []sample
+	claims    []claimSpan // the relays' claim statements while active, by end
+}
+
+// claimSpan is one claim statement of a relay (start and end).
+type claimSpan struct{ start, end time.Time }
+
+// claimed records a claim statement that ended now, while active.
+func (l *latencies) claimed(took time.Duration) {
+	if !l.active.Load() {
+		return
+	}
+	end := time.Now()
+	l.mu.Lock()
+	l.claims = append(l.claims, claimSpan{end.Add(-took), end})
+	l.mu.Unlock()
+}
+
+// Breakdown splits commit→ack into its steps, averaged over a set of events:
+// Wait from the COMMIT returning to the start of the claim that carried the
+// event (the NOTIFY, and whatever the relay was doing meanwhile), Claim the
+// claim statement, Produce from its end to the broker's ack (building the
+// records, produce, ack). Missed is the share of the events whose carrying
+// claim was not the first one started after their commit.
+type Breakdown struct {
+	Events    int     `json:"events"`
+	WaitMs    float64 `json:"wait_ms"`
+	ClaimMs   float64 `json:"claim_ms"`
+	ProduceMs float64 `json:"produce_ms"`
+	Missed    float64 `json:"missed_share"`
+}
+
+// breakdown returns the steps of all matched events and of those at or
+// above the p99. The carrying claim is the last one that ended before the
+// ack (exact with one relay).
+func (l *latencies) breakdown() (all, slow Breakdown) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	claims := slices.Clone(l.claims)
+	slices.SortFunc(claims, func(a, b claimSpan) int { return a.end.Compare(b.end) })
+	starts := make([]time.Time, len(claims))
+	for i, c := range claims {
+		starts[i] = c.start
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	xs := make([]float64, len(l.samples))
+	for i, s := range l.samples {
+		xs[i] = float64(s.ms)
+	}
+	p99 := percentile(xs, 0.99)
+	add := func(b *Breakdown, s sample) {
+		commit := s.at.Add(-time.Duration(float64(s.ms) * float64(time.Millisecond)))
+		i, _ := slices.BinarySearchFunc(claims, s.at, func(c claimSpan, t time.Time) int { return c.end.Compare(t) })
+		if i == 0 {
+			return
+		}
+		c := claims[i-1]
+		b.Events++
+		b.WaitMs += c.start.Sub(commit).Seconds() * 1000
+		b.ClaimMs += c.end.Sub(c.start).Seconds() * 1000
+		b.ProduceMs += s.at.Sub(c.end).Seconds() * 1000
+		if j, _ := slices.BinarySearchFunc(starts, commit, func(a, t time.Time) int { return a.Compare(t) }); j < len(starts) && starts[j].Before(c.start) {
+			b.Missed++
+		}
+	}
+	for _, s := range l.samples {
+		add(&all, s)
+		if float64(s.ms) >= p99 {
+			add(&slow, s)
+		}
+	}
+	for _, b := range []*Breakdown{&all, &slow} {
+		if n := float64(b.Events); n > 0 {
+			b.WaitMs, b.ClaimMs, b.ProduceMs, b.Missed = b.WaitMs/n, b.ClaimMs/n, b.ProduceMs/n, b.Missed/n
+		}
+	}
+	return all, slow
 }
 
 type sample struct {
@@ -215,9 +291,12 @@ type SustainResult struct {
 	DeadTuplesAtEnd       int64   `json:"outbox_dead_tuples_at_end"`
 	// The writers' transactions (BEGIN to COMMIT returned, EnqueueBatch of
 	// TxEvents events): what the outbox costs the application.
-	WriterTxP50Ms float64         `json:"writer_tx_p50_ms"`
-	WriterTxP99Ms float64         `json:"writer_tx_p99_ms"`
-	Minutes       []SustainMinute `json:"minutes"`
+	WriterTxP50Ms float64 `json:"writer_tx_p50_ms"`
+	WriterTxP99Ms float64 `json:"writer_tx_p99_ms"`
+	// The steps of commit→ack (see Result.LatencySteps).
+	LatencySteps     Breakdown       `json:"latency_steps"`
+	LatencySlowSteps Breakdown       `json:"latency_p99_steps"`
+	Minutes          []SustainMinute `json:"minutes"`
 }
 
 // SustainMinute is one minute of a sustained run.
@@ -320,6 +399,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 		cmu.Lock()
 		claims = append(claims, claimAt{time.Now(), float64(d.Microseconds()) / 1000})
 		cmu.Unlock()
+		lat.claimed(d)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var relays sync.WaitGroup
@@ -405,6 +485,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	res.DurationSeconds = time.Since(start).Seconds()
 	res.Events, res.AchievedRate = lr.events, lr.achieved
 	_, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
+	res.LatencySteps, res.LatencySlowSteps = lat.breakdown()
 	res.DeadTuplesAtEnd = deadTuples(ctx, pool)
 	all := make([]float64, len(txs))
 	for i, t := range txs {

@@ -75,6 +75,11 @@ type Result struct {
 	LatencyP50Ms float64 `json:"latency_p50_ms"`
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
 	LatencyMaxMs float64 `json:"latency_max_ms"`
+	// LatencySteps and LatencySlowSteps split commit→ack into the wait
+	// for the claim that carried an event, the claim and produce until the
+	// ack, averaged over every event and over those at or above the p99.
+	LatencySteps     Breakdown `json:"latency_steps"`
+	LatencySlowSteps Breakdown `json:"latency_p99_steps"`
 	// CeilingClaimMark is the one-statement claim+mark (claim NEW rows of
 	// the topic in seq order with SKIP LOCKED and mark them SENT, no
 	// payload returned, no lease or order check), measured on a backlog of
@@ -218,7 +223,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	progress(fmt.Sprintf("draining with %d relay replica(s)", o.Replicas))
 	claims := &durations{}
 	rc := cfg
-	rc.ClaimObserver = func(d time.Duration, _ int) { claims.add(d) }
+	rc.ClaimObserver = func(d time.Duration, _ int) { claims.add(d); lat.claimed(d) }
 	hook.topic.Store(&topic)
 	runCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
@@ -291,6 +296,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	}
 	res.LatencyAchieved = lr.achieved
 	res.LatencyEvents, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
+	res.LatencySteps, res.LatencySlowSteps = lat.breakdown()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
 }
