@@ -40,6 +40,10 @@ func dropCluster(t *testing.T, name string) {
 	ver := harness.PGVersion(t)
 	t.Cleanup(func() {
 		_ = harness.AsRoot("pg_dropcluster", "--stop", ver, name).Run()
+		// pg_dropcluster removes only the files pg_createcluster wrote: the
+		// conf.d file services-up.sh adds kept /etc/postgresql/<ver>/<name>
+		// behind, one directory per test run.
+		_ = harness.AsRoot("rm", "-rf", filepath.Join("/etc/postgresql", ver, name)).Run()
 	})
 }
 
