@@ -25,13 +25,27 @@ import (
 // index, which is cheap until a transaction pins the xmin horizon and the
 // index fills with dead entries nothing can remove (590,000 in two minutes
 // at 5,000 events/s); the range keeps any plan within the batch.
+//
+// The mark commits without waiting for its WAL flush (synchronous_commit off
+// for this statement's transaction only, a one-time filter evaluated before
+// any row is read): the relay's next step never depends on the mark being
+// on disk, and a flush per mark is a WAL fsync the writers' commits queue
+// behind. What a PostgreSQL crash can lose is bounded and harmless
+// (docs/failure-modes.md §2): marks committed in the last ~3 × wal_writer_delay
+// (~0.6 s), and since WAL is written in order, a lost mark takes every later
+// one with it, never an earlier one — the rows come back NEW as a suffix of
+// what was produced, in seq order, and are produced again with the same
+// dedup-id, as after a relay crash between ack and mark. Charges and parks
+// keep synchronous commits (an attempt budget must not be refunded by a
+// crash).
 const markSentSQL = `
 UPDATE bridge.outbox o
 SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
 FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS m(seq, part, off)
 WHERE o.seq = m.seq AND o.status = 'NEW'
   AND o.seq BETWEEN $5 AND $6
-  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
+  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'`
 
 // Ack is one broker acknowledgement to record.
 type Ack struct {
