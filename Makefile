@@ -38,11 +38,22 @@ chromium:
 		$$S env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
 
-# Starts the services, then vet, the race-enabled test suite, and every
-# benchmark once (so they compile and run).
+# ALONE_TESTS run after the rest of the suite, by themselves, because what
+# they bound is a time the machine's load stretches. The consumer group's
+# stall after a SIGKILL is the session timeout (6 s) plus a rejoin of a few
+# round trips to the broker and one batch through PostgreSQL; with the whole
+# suite beside it on 2 cores (load 20-40; the broker then acked a produce in
+# 0.5-0.75 s) a rejoin took 5 s and the stall 11.0 s against its 10 s bound,
+# a measurement of the machine rather than of the group. Alone, with its own
+# pipeline under load, it measures 6.0-8.0 s.
+ALONE_TESTS = ^TestConsumerStallAfterSIGKILL$$
+
+# Starts the services, then vet, the race-enabled test suite (ALONE_TESTS
+# last, by themselves), and every benchmark once (so they compile and run).
 test: services chromium
 	$(GO) vet ./...
-	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m -skip '$(ALONE_TESTS)' ./...
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 5m -run '$(ALONE_TESTS)' ./internal/chaos/
 	env $(TEST_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	scripts/fuzz.sh
 	$(MAKE) --no-print-directory test-deploy
@@ -51,7 +62,8 @@ vet:
 	$(GO) vet ./...
 
 test-go:
-	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m ./...
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m -skip '$(ALONE_TESTS)' ./...
+	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 5m -run '$(ALONE_TESTS)' ./internal/chaos/
 
 # The Helm chart (rendered, linted, strictly decoded), the alert rules
 # (promtool check/test) and the Grafana dashboard: tools/deploytest, a module
