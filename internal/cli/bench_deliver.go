@@ -159,6 +159,11 @@ allowed for the receiver.`,
 			{"signature failures", fmt.Sprint(res.SignatureFailures)},
 			{"CPU per delivery: PostgreSQL / this process (µs)", fmt.Sprintf("%.0f / %.0f", res.PostgresCPUMicrosPerDelivery, res.ProcessCPUMicrosPerDelivery)},
 		}
+		for _, iv := range res.LiveIntervals {
+			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),
+				fmt.Sprintf("claims %d × %.1f ms (%.1f rows), outcome batches %.1f ms, p99 %.1f ms of %d",
+					iv.ClaimStatements, iv.ClaimMS, iv.RowsPerClaim, iv.OutcomeBatchMS, iv.LatencyP99MS, iv.Received)})
+		}
 		if err := printTable(w, []string{"MEASURE", "VALUE"}, rows); err != nil {
 			return err
 		}

@@ -257,11 +257,12 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // anyway.
 func (d *Deliverer) capacity() int { return 2 * d.cfg.Workers }
 
-// claimLinger is the shortest time between two claims of one loop while
+// claimLinger is the longest wait between two claims of one loop while
 // claims are out and the last claim was lean, fewFreeLinger while claims
-// are out and fewer than a quarter of the slots are free (see claimLoop).
-// With nothing out a loop claims at once: an idle deliverer adds no
-// latency.
+// are out and fewer than a quarter of the slots are free (see claimGap:
+// the wait is no longer than the loop's claims have lately taken, so only
+// a loaded machine waits this long). With nothing out a loop claims at
+// once: an idle deliverer adds no latency.
 //
 // 20 ms rather than 5: a claim costs about the same for 5 rows as for 30
 // (the locks, the window of streams, the commit), and on a saturated
@@ -285,8 +286,8 @@ const fewFreeLinger = 5 * time.Millisecond
 // replica's claim was serving (doubling up to 16×, see claimLoop).
 const contendedRetry = 5 * time.Millisecond
 
-// recordEvery is the shortest time between two batches of one recorder
-// (see recordLoop).
+// recordEvery is the longest spacing between two batches of one recorder
+// (see recordLoop; the spacing follows what batches take to write).
 const recordEvery = 10 * time.Millisecond
 
 // reserve takes up to n of the free claim slots (capacity minus claims out)
@@ -354,17 +355,19 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 	// 25,000 claims of ~1 row for 30,000 deliveries with 3 replicas, slower
 	// together than one alone. While claims are out this costs a delivery
 	// at most claimLinger of latency; with none out, nothing.
+	//
+	// How long a loop lingers follows what its claims cost (see
+	// claimGap): a fixed 20 ms made every lightly loaded delivery wait up
+	// to 20 ms for the next claim, on a machine whose claims take 1–2 ms
+	// and which has the CPU for more of them.
 	minClaim := max(1, d.capacity()/4)
 	var last time.Time
+	var cost pace
 	failures, contendedEmpty := 0, 0
 	lean := false
 	for {
-		if out := int(d.inFlight.Load()); out > 0 && d.capacity()-out > 0 && (d.capacity()-out < minClaim || lean) {
-			linger := fewFreeLinger // busy workers: the next claim takes what frees up meanwhile
-			if lean {
-				linger = claimLinger // the last claim found little: claims cost more than they bring
-			}
-			if wait := linger - time.Since(last); wait > 0 && !service.Sleep(ctx, wait) {
+		if gap := claimGap(int(d.inFlight.Load()), d.capacity(), minClaim, lean, cost); gap > 0 {
+			if wait := gap - time.Since(last); wait > 0 && !service.Sleep(ctx, wait) {
 				return
 			}
 		}
@@ -405,9 +408,13 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			rateWait = res.RateWait
 			cancel()
 			if want > 0 {
+				took := time.Since(began)
 				d.stats.claims.Add(1)
 				d.stats.claimed.Add(int64(len(claims)))
-				d.stats.claimNanos.Add(int64(time.Since(began)))
+				d.stats.claimNanos.Add(int64(took))
+				if err == nil {
+					cost.observe(took)
+				}
 			}
 			var got int64
 			for _, c := range claims {
@@ -640,14 +647,19 @@ const maxRecordBatch = 512
 func (d *Deliverer) recordLoop(in <-chan recorded) {
 	batch := make([]recorded, 0, maxRecordBatch)
 	var last time.Time
+	var cost pace
 	for first := range in {
 		// At most one batch per recordEvery: the cost of a batch is mostly
 		// per statement (three of them, and a commit), and with a batch
 		// written as soon as the last one was, ~190 batches a second of ~16
 		// rows each wrote bench pipeline's 3,000 successes a second.
 		// Waiting for the rest of the interval batches ~21; an outcome that
-		// arrives after a quiet interval is written at once.
-		if wait := recordEvery - time.Since(last); wait > 0 {
+		// arrives after a quiet interval is written at once. The spacing
+		// follows what batches have lately taken to write (cost.gap): on a
+		// machine with CPU to spare a batch takes a millisecond, and the
+		// full wait held the stream's next delivery (its stream is in
+		// flight until the outcome is written) for nothing.
+		if wait := cost.gap(recordEvery) - time.Since(last); wait > 0 {
 			time.Sleep(wait)
 		}
 		last = time.Now()
@@ -665,6 +677,7 @@ func (d *Deliverer) recordLoop(in <-chan recorded) {
 			}
 		}
 		d.record(batch)
+		cost.observe(time.Since(last))
 		var bytes int64
 		for _, r := range batch {
 			bytes += int64(r.res.Claim.PayloadBytes)

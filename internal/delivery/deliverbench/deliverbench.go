@@ -113,6 +113,28 @@ type Result struct {
 	// and how long inserting them took.
 	RetainedDelivered     int     `json:"retained_delivered_rows"`
 	RetainedInsertSeconds float64 `json:"retained_insert_seconds"`
+	// LiveIntervals splits the live phase into LiveInterval-long parts
+	// (the last may be shorter): whether the claim and the outcome batches
+	// get dearer while the table fills with delivered rows, and the
+	// latency of what arrived in each part.
+	LiveIntervals []Interval `json:"live_intervals,omitempty"`
+}
+
+// LiveInterval is the length of one of Result.LiveIntervals.
+const LiveInterval = 30 * time.Second
+
+// Interval is one part of the live phase: the engine's claim and outcome
+// figures (all replicas) and the latency of the live requests received.
+type Interval struct {
+	FromSeconds     float64 `json:"from_s"`
+	ClaimStatements int64   `json:"claim_statements"`
+	RowsPerClaim    float64 `json:"rows_per_claim"`
+	ClaimMS         float64 `json:"claim_ms_avg"`
+	OutcomeBatches  int64   `json:"outcome_batches"`
+	OutcomeBatchMS  float64 `json:"outcome_batch_ms_avg"`
+	Received        int     `json:"received"`
+	LatencyP50MS    float64 `json:"latency_p50_ms"`
+	LatencyP99MS    float64 `json:"latency_p99_ms"`
 }
 
 // payload is what each delivery carries: the insert time, for latency.
@@ -374,12 +396,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	if res.CeilingPerSecond > 0 {
 		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
 	}
-	var st delivery.Stats
-	for _, d := range ds {
-		x := d.Stats()
-		st.Claims, st.Claimed, st.ClaimTime = st.Claims+x.Claims, st.Claimed+x.Claimed, st.ClaimTime+x.ClaimTime
-		st.Records, st.Recorded, st.RecordTime = st.Records+x.Records, st.Recorded+x.Recorded, st.RecordTime+x.RecordTime
+	sum := func() delivery.Stats {
+		var st delivery.Stats
+		for _, d := range ds {
+			x := d.Stats()
+			st.Claims, st.Claimed, st.ClaimTime = st.Claims+x.Claims, st.Claimed+x.Claimed, st.ClaimTime+x.ClaimTime
+			st.Records, st.Recorded, st.RecordTime = st.Records+x.Records, st.Recorded+x.Recorded, st.RecordTime+x.RecordTime
+		}
+		return st
 	}
+	st := sum()
 	res.ClaimStatements, res.OutcomeBatches = st.Claims, st.Records
 	if st.Claims > 0 {
 		res.RowsPerClaim = float64(st.Claimed) / float64(st.Claims)
@@ -394,12 +420,43 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 
 	// Live phase: small transactions at a steady rate, latency measured from
 	// just before each insert to the request's arrival.
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	if o.LiveEvents > 0 {
 		tick := 10 * time.Millisecond
 		perTick := max(1, o.LiveRate/100)
 		t := time.NewTicker(tick)
+		liveStart := time.Now()
+		from, fromStats := liveStart, sum()
+		rc.mu.Lock()
+		fromLat := len(rc.latencies)
+		rc.mu.Unlock()
+		interval := func(now time.Time) {
+			x := sum()
+			iv := Interval{FromSeconds: from.Sub(liveStart).Seconds(),
+				ClaimStatements: x.Claims - fromStats.Claims, OutcomeBatches: x.Records - fromStats.Records}
+			if iv.ClaimStatements > 0 {
+				iv.RowsPerClaim = float64(x.Claimed-fromStats.Claimed) / float64(iv.ClaimStatements)
+				iv.ClaimMS = (x.ClaimTime - fromStats.ClaimTime).Seconds() * 1000 / float64(iv.ClaimStatements)
+			}
+			if iv.OutcomeBatches > 0 {
+				iv.OutcomeBatchMS = (x.RecordTime - fromStats.RecordTime).Seconds() * 1000 / float64(iv.OutcomeBatches)
+			}
+			rc.mu.Lock()
+			lat := slices.Clone(rc.latencies[fromLat:])
+			fromLat = len(rc.latencies)
+			rc.mu.Unlock()
+			if iv.Received = len(lat); len(lat) > 0 {
+				slices.Sort(lat)
+				iv.LatencyP50MS, iv.LatencyP99MS = ms(lat[len(lat)*50/100]), ms(lat[min(len(lat)-1, len(lat)*99/100)])
+			}
+			res.LiveIntervals = append(res.LiveIntervals, iv)
+			from, fromStats = now, x
+		}
 		for sent := 0; sent < o.LiveEvents; {
-			<-t.C
+			now := <-t.C
+			if now.Sub(from) >= LiveInterval {
+				interval(now)
+			}
 			n := min(perTick, o.LiveEvents-sent)
 			if err := store.CopyPending(ctx, pool, nextRows(o.Events+sent, n, true)); err != nil {
 				t.Stop()
@@ -414,11 +471,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 			_ = stop()
 			return nil, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), wantLive, err)
 		}
+		interval(time.Now())
 		rc.mu.Lock()
 		lat := slices.Clone(rc.latencies)
 		rc.mu.Unlock()
 		slices.Sort(lat)
-		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		res.LatencyP50MS = ms(lat[len(lat)*50/100])
 		res.LatencyP99MS = ms(lat[min(len(lat)-1, len(lat)*99/100)])
 		res.LatencyMaxMS = ms(lat[len(lat)-1])
