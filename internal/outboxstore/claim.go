@@ -188,7 +188,31 @@ type ClaimParams struct {
 	// FreshPlan plans the claim for the table as it is now instead of
 	// using the prepared statement's plan (see Claim).
 	FreshPlan bool
+	// GenericPlan runs the prepared statement on its generic plan (see
+	// Claim); for a claim expected to return a handful of rows. FreshPlan
+	// wins over it.
+	GenericPlan bool
 }
+
+// genericPlanSQL makes the claim sent after it in the same batch (one
+// round trip, one implicit transaction: the extended protocol commits at
+// the batch's Sync, and the setting is local to that transaction) run on
+// the prepared statement's generic plan. PostgreSQL otherwise keeps
+// choosing a custom plan for this statement — the generic one's estimate
+// for "seq > $4 … LIMIT $2" is higher — and plans it again on every
+// execution: 0.54 ms of planning for 0.27 ms of execution when a claim
+// returns a few rows, ~170 times a second at 1,000 events/s on a machine
+// whose CPU is the commit→ack latency.
+//
+// A generic plan is made once from the statistics of the moment, and a
+// generic plan made from those of an (almost) empty table does every
+// predecessor lookup as a sequential scan: the first claim after a burst
+// then scans the table once per asset (15–24 s for 100,000 rows). The same
+// transaction therefore forbids sequential and bitmap scans: every step of
+// the claim has an index that serves it (see claimSQL), so the plan stays an
+// index walk that stops at the batch, whatever the statistics said.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+  set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // Claim returns the next rows to produce (see claimSQL), and whether more
 // were waiting: the limit was reached or the byte budget cut the batch.
@@ -217,8 +241,23 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 	for k, n := range p.Acked {
 		ackedKeys, ackedSeqs = append(ackedKeys, k), append(ackedSeqs, n)
 	}
-	rows, err := db.Query(ctx, claimSQL, mode, p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor,
-		ackedKeys, ackedSeqs)
+	args := []any{p.Lanes, p.Limit, exclude, p.After, p.Member, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, p.Floor,
+		ackedKeys, ackedSeqs}
+	var rows pgx.Rows
+	var err error
+	if p.GenericPlan && !p.FreshPlan {
+		b := &pgx.Batch{}
+		b.Queue(genericPlanSQL)
+		b.Queue(claimSQL, args...)
+		br := db.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return nil, false, fmt.Errorf("claim outbox rows: plan it generically: %w", err)
+		}
+		rows, err = br.Query()
+	} else {
+		rows, err = db.Query(ctx, claimSQL, append([]any{mode}, args...)...)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("claim outbox rows: %w", err)
 	}
