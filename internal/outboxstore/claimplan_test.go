@@ -66,15 +66,13 @@ func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
 }
 
 // The streaming claim runs on a generic plan (GenericPlan, see
-// genericPlanSQL), here one made from the statistics of an empty table — the
-// statistics whose generic plans once did each predecessor lookup as a
-// sequential scan; the first claim after a burst must still walk the indexes.
-// (This PostgreSQL's generic plan here was an index walk even without the
-// batch's ban on sequential and bitmap scans: the ban is for the planner that
-// chooses otherwise.) The settings are the batch transaction's own: the pooled
-// connection goes back with PostgreSQL's defaults, or every later statement on
-// it would be planned generically and without sequential scans.
-func TestGenericPlanClaimAfterABurstStaysFastAndLeavesTheSessionAlone(t *testing.T) {
+// genericPlanSQL). Its setting is the batch transaction's own: the pooled
+// connection goes back with PostgreSQL's default, or every later statement on
+// it would be planned generically. The claim after a burst, on a generic plan
+// made while the table was empty, must still walk the index and stop at the
+// batch (this PostgreSQL's generic plan is an index walk here; the relay
+// still asks for it only on statistics of a large table).
+func TestGenericPlanClaimLeavesTheSessionAlone(t *testing.T) {
 	db := pgtest.NewParallel(t)
 	ctx := t.Context()
 	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
@@ -120,12 +118,12 @@ func TestGenericPlanClaimAfterABurstStaysFastAndLeavesTheSessionAlone(t *testing
 	if took > time.Second {
 		t.Fatalf("generic-plan claim of 1,000 rows after a %d-row burst took %s, want well under a second", burst, took.Round(time.Millisecond))
 	}
-	var mode, seqscan, bitmap string
-	if err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'), current_setting('enable_bitmapscan')`).Scan(&mode, &seqscan, &bitmap); err != nil {
+	var mode string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
 		t.Fatal(err)
 	}
-	if mode != "auto" || seqscan != "on" || bitmap != "on" {
-		t.Fatalf("session after the claim: plan_cache_mode %s, enable_seqscan %s, enable_bitmapscan %s; want auto, on, on", mode, seqscan, bitmap)
+	if mode != "auto" {
+		t.Fatalf("session after the claim: plan_cache_mode %s, want auto", mode)
 	}
 	t.Logf("generic-plan claim after the burst: %s", took.Round(time.Millisecond))
 }
