@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -272,6 +271,10 @@ type SustainOptions struct {
 
 // SustainResult is what `bridge bench relay --sustain` prints.
 type SustainResult struct {
+	// Topics: the scratch topic the run made (deleted when it returns); not
+	// part of the -o json output.
+	Topics []string `json:"-"`
+
 	DurationSeconds float64 `json:"duration_seconds"`
 	OfferedRate     int     `json:"offered_rate"`
 	AchievedRate    float64 `json:"achieved_rate"`
@@ -338,6 +341,11 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 
 	lat := newLatencies()
 	hook := &acks{lat: lat}
+	adm, closeAdmin, err := scratchTopicAdmin(ctx, kafkaOpts, &res.Topics)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAdmin() // registered before the producers: runs after they are closed
 	var clients []*kgo.Client
 	defer func() {
 		for _, c := range clients {
@@ -351,12 +359,11 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 		}
 		clients = append(clients, c)
 	}
-	adm := kadm.NewClient(clients[0])
 	topic := fmt.Sprintf("bridge-bench-sustain-%d", time.Now().UnixNano())
 	if err := createTopic(ctx, adm, topic, o.Partitions); err != nil {
 		return nil, err
 	}
-	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
+	res.Topics = append(res.Topics, topic)
 	// Each relay's client learns the new topic's partitions before the load
 	// starts: the first records to a topic just created wait for its
 	// metadata and leaders (seconds after CreateTopic on this broker), a

@@ -52,6 +52,10 @@ type Options struct {
 // Result is what `bridge bench relay` prints. Field names are stable: new
 // measurements are added, none is renamed.
 type Result struct {
+	// Topics are the scratch topics the run made on the broker (deleted
+	// when it returns); not part of the -o json output.
+	Topics []string `json:"-"`
+
 	Events          int     `json:"events"`
 	Assets          int     `json:"assets"`
 	PayloadBytes    int     `json:"payload_bytes"`
@@ -153,24 +157,28 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	newClient := func() (*kgo.Client, error) {
 		return kgo.NewClient(append(slices.Clone(kafkaOpts), append(relay.ProducerOptions(cfg), kgo.WithHooks(hook))...)...)
 	}
+	adm, closeAdmin, err := scratchTopicAdmin(ctx, kafkaOpts, &res.Topics)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAdmin() // registered before the producers: runs after they are closed
 	client, err := newClient()
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	adm := kadm.NewClient(client)
 	newTopic := func(kind string) (string, error) {
 		name := fmt.Sprintf("bridge-bench-%s-%d", kind, time.Now().UnixNano())
 		if err := createTopic(ctx, adm, name, o.Partitions); err != nil {
 			return "", err
 		}
+		res.Topics = append(res.Topics, name)
 		return name, nil
 	}
 	topic, err := newTopic("relay")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
 
 	// Ceiling 1: Kafka produce alone, same client options and batch size, on
 	// a topic of its own (its records must not count as drained ones).
@@ -179,8 +187,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	if err != nil {
 		return nil, err
 	}
-	res.CeilingProduce, err = produceCeiling(ctx, client, ceilTopic, min(o.Events, 200000), o.PayloadBytes, cfg.BatchSize)
-	_, _ = adm.DeleteTopics(context.WithoutCancel(ctx), ceilTopic)
+	ceilClient, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	res.CeilingProduce, err = produceCeiling(ctx, ceilClient, ceilTopic, min(o.Events, 200000), o.PayloadBytes, cfg.BatchSize)
+	ceilClient.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -460,6 +472,28 @@ func percentile(xs []float64, p float64) float64 {
 // the produce timeout to appear: the first record failed with "records have
 // timed out" (the relaybench test, run after a 10-minute bench, with a 5 s
 // timeout), though nothing was wrong with the relay or the bench.
+// scratchTopicAdmin returns the admin client that creates a run's topics
+// and a close function that deletes every topic named in *topics, then
+// closes the client. Call close only after every producer of the run is
+// closed: the bench's producers take the relay's options, which allow the
+// broker to auto-create topics, and a producer that still knows a deleted
+// topic re-creates it at its next metadata refresh (one produce-ceiling
+// topic per run piled up on the broker that way, the ceiling's producer
+// being the drain's). This client never produces, so it re-creates nothing.
+func scratchTopicAdmin(ctx context.Context, kafkaOpts []kgo.Opt, topics *[]string) (*kadm.Client, func(), error) {
+	cl, err := kgo.NewClient(kafkaOpts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	adm := kadm.NewClient(cl)
+	return adm, func() {
+		if len(*topics) > 0 {
+			_, _ = adm.DeleteTopics(context.WithoutCancel(ctx), *topics...)
+		}
+		cl.Close()
+	}, nil
+}
+
 func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32) error {
 	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, name); err != nil {
 		return fmt.Errorf("create bench topic: %w", err)

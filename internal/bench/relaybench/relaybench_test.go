@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
@@ -77,5 +78,55 @@ func TestSustainReportsTheRun(t *testing.T) {
 	}
 	if res.Events != 180 || len(res.Minutes) != 1 || res.Minutes[0].Acked != 180 || res.ClaimP99FirstMinuteMs <= 0 || !res.HoldXmin {
 		t.Fatalf("sustained run: %+v", res)
+	}
+}
+
+// A run deletes the topics it made, and they stay deleted: the bench's
+// producers allow auto-creation (the relay's options), so one that still
+// knew a topic when it was deleted re-created it at its next metadata
+// refresh — one produce-ceiling topic per run piled up on the broker. The
+// refresh is made frequent here so that a producer left open would do it
+// within the run.
+func TestRunLeavesNoTopicsBehind(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.RealBrokers(t)
+	db := pgtest.New(t)
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.MetadataMinAge(50 * time.Millisecond), kgo.MetadataMaxAge(100 * time.Millisecond)}
+	res, err := Run(context.Background(), db.Pool, opts, benchConfig(), Options{
+		Events: 500, Assets: 10, Partitions: 1, Rate: 50, RateDuration: time.Second, Writers: 1, TxEvents: 1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Topics) != 2 {
+		t.Fatalf("run made topics %q, want the drain's and the produce ceiling's", res.Topics)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		md, err := adm.ListTopics(ctx, res.Topics...)
+		if err != nil {
+			t.Fatalf("list topics: %v", err)
+		}
+		var left []string
+		for _, d := range md {
+			if d.Err == nil {
+				left = append(left, d.Topic)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topics %q still on the broker after the run", left)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
