@@ -70,6 +70,21 @@ PG_DEDICATED_PORT="${PG_DEDICATED_PORT:-5433}"
 PG_CLUSTER="${PG_CLUSTER:-outbox-bridge}"
 PG_ADOPT="${PG_ADOPT:-no}"
 PG_MAX_CONNECTIONS=300
+# Server settings of a cluster this script owns (written to its conf.d file;
+# a server it did not create is never changed). Debian's defaults are sized
+# for a small shared host: shared_buffers = 128MB is smaller than what one
+# five-minute `bench pipeline` keeps live in bridge.deliveries (~530 MB with
+# its indexes), and max_wal_size = 1GB with checkpoint_timeout = 5min starts
+# a checkpoint every few minutes under load, after which every page written
+# is first logged whole (full-page images). These are the values a
+# production server of this size would start from (README.md says so for
+# yours). shared_buffers needs a restart, the others a reload.
+PG_SETTINGS=(
+	"max_connections = $PG_MAX_CONNECTIONS"
+	"shared_buffers = 1GB"
+	"max_wal_size = 4GB"
+	"checkpoint_timeout = 15min"
+)
 # The file that marks a cluster as created by this script (and holds its
 # settings): /etc/postgresql/<ver>/<cluster>/conf.d/$PG_MARKER.
 PG_MARKER=outbox-bridge.conf
@@ -225,13 +240,15 @@ pg_own_cluster() {
 		log "creating PostgreSQL $ver cluster '$name' on port $port (a cluster of its own)"
 		closed as_root pg_createcluster "$ver" "$name" --port "$port" >/dev/null
 	fi
-	if [[ ! -f $conf ]] || ! grep -qx "max_connections = $PG_MAX_CONNECTIONS" "$conf"; then
-		log "writing $conf (max_connections = $PG_MAX_CONNECTIONS; marks the cluster as this script's)"
+	local want_conf
+	want_conf="$(printf '%s\n' \
+		"# Written by outbox-bridge scripts/services-up.sh: this cluster is the script's own," \
+		"# so the script may change it. Tests run in parallel, each with its own pool." \
+		"${PG_SETTINGS[@]}")"
+	if [[ ! -f $conf || "$(cat "$conf")" != "$want_conf" ]]; then
+		log "writing $conf (${PG_SETTINGS[*]}; marks the cluster as this script's)"
 		as_root mkdir -p "$(dirname "$conf")"
-		printf '%s\n' \
-			"# Written by outbox-bridge scripts/services-up.sh: this cluster is the script's own," \
-			"# so the script may change it. Tests run in parallel, each with its own pool." \
-			"max_connections = $PG_MAX_CONNECTIONS" | as_root tee "$conf" >/dev/null
+		printf '%s\n' "$want_conf" | as_root tee "$conf" >/dev/null
 	fi
 	status="$(pg_lsclusters -h | awk -v v="$ver" -v c="$name" '$1 == v && $2 == c {print $4}')"
 	if [[ $status != online* ]]; then
@@ -239,14 +256,20 @@ pg_own_cluster() {
 		closed as_root pg_ctlcluster "$ver" "$name" start
 	fi
 	pg_wait "$port" "/var/log/postgresql/postgresql-$ver-$name.log"
-	local maxconn
-	maxconn="$(pg_psql_port "$port" -tAc 'SHOW max_connections')"
-	if [[ $maxconn != "$PG_MAX_CONNECTIONS" ]]; then
-		log "max_connections is $maxconn: restarting PostgreSQL $ver/$name (own cluster) to apply $PG_MAX_CONNECTIONS"
+	# A running server applies the file's settings at a reload, except those
+	# that need a restart (max_connections, shared_buffers): compare what it
+	# runs with against the file, and restart only when one of those differs.
+	local running wanted
+	running="$(pg_psql_port "$port" -tAF' ' -c "SELECT current_setting('max_connections'), current_setting('shared_buffers')")"
+	wanted="$PG_MAX_CONNECTIONS $(printf '%s\n' "${PG_SETTINGS[@]}" | sed -n 's/^shared_buffers = //p')"
+	if [[ $running != "$wanted" ]]; then
+		log "max_connections, shared_buffers are $running: restarting PostgreSQL $ver/$name (own cluster) to apply $wanted"
 		# ALTER SYSTEM would override conf.d; RESET it in our own cluster only.
-		pg_psql_port "$port" -c 'ALTER SYSTEM RESET max_connections'
+		pg_psql_port "$port" -c 'ALTER SYSTEM RESET max_connections' -c 'ALTER SYSTEM RESET shared_buffers'
 		closed as_root pg_ctlcluster "$ver" "$name" restart
 		pg_wait "$port" "/var/log/postgresql/postgresql-$ver-$name.log"
+	else
+		pg_psql_port "$port" -tAc 'SELECT pg_reload_conf()' >/dev/null
 	fi
 	pg_setup_role "$port"
 }

@@ -40,7 +40,9 @@ WAL flush) — and reports:
   - the latency split by stage (relay, consumer, deliverer) from the rows'
     own timestamps, for the whole load and minute by minute;
   - the bridge process's peak resident memory and its CPU (cores), and the
-    whole machine's CPU (every process), minute by minute too;
+    whole machine's CPU (every process), minute by minute too; over the
+    load, also this bench's own CPU (its writers and receiver share the
+    machine with what they measure) and this machine's PostgreSQL's;
   - the rate the writers achieved: a run short of the offered rate does not
     count (exit 1, results still printed);
   - order violations, duplicates, overlapping requests, signature failures
@@ -129,7 +131,8 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 			res.LagOutbox, res.LagConsumer, res.LagDeliveries, res.LagWebhooks, res.DrainSeconds)},
 		{"by stage (p50 / p99)", stagesText(res.Stages)},
 		{"bridge process", fmt.Sprintf("peak RSS %.1f MiB, CPU %.2f cores", res.BridgePeakRSSMiB, res.BridgeCPUCores)},
-		{"machine", fmt.Sprintf("%.2f of %d cores busy over the load (every process)", res.MachineBusyCores, res.MachineCores)},
+		{"machine", fmt.Sprintf("%.2f of %d cores busy over the load (every process): this bench (writers, receiver) %.2f, PostgreSQL %.2f",
+			res.MachineBusyCores, res.MachineCores, res.BenchCPUCores, res.PostgresCPUCores)},
 		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
 			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
 	}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,6 +39,8 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 		Relay             float64 `json:"relay_events_per_second"`
 		Webhook           float64 `json:"webhooks_per_second"`
 		RSS               float64 `json:"bridge_peak_rss_mib"`
+		BenchCPU          float64 `json:"bench_cpu_cores"`
+		PostgresCPU       float64 `json:"postgres_cpu_cores"`
 		OrderViolations   int     `json:"order_violations"`
 		Overlaps          int     `json:"overlapping_requests"`
 		SignatureFailures int     `json:"signature_failures"`
@@ -58,6 +62,14 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	if res.P50 <= 0 || res.Relay <= 0 || res.Webhook <= 0 || res.RSS <= 0 {
 		t.Errorf("latency p50 %.1f ms, relay %.0f/s, webhooks %.0f/s, bridge RSS %.1f MiB: each must be measured", res.P50, res.Relay, res.Webhook, res.RSS)
 	}
+	// The bench's own CPU is always visible (its writers and receiver ran
+	// for 3 s); PostgreSQL's whenever it runs on this machine.
+	if res.BenchCPU <= 0 {
+		t.Errorf("bench CPU %.3f cores: must be measured", res.BenchCPU)
+	}
+	if localPostgres() && res.PostgresCPU <= 0 {
+		t.Errorf("PostgreSQL runs on this machine, but its CPU over the load is %.3f cores: must be measured", res.PostgresCPU)
+	}
 	// Every webhook's latency is in exactly one second of the per-second
 	// series.
 	var perSecond int
@@ -67,6 +79,17 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	if perSecond != 600 {
 		t.Errorf("the seconds hold %d webhooks in %d seconds, want all 600", perSecond, len(res.Seconds))
 	}
+}
+
+// localPostgres reports whether /proc shows a process named postgres.
+func localPostgres() bool {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, c := range comms {
+		if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == "postgres" {
+			return true
+		}
+	}
+	return false
 }
 
 func TestBenchPipelineRefusesBadFlagsWithExitTwo(t *testing.T) {

@@ -390,3 +390,36 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// The compose PostgreSQL runs with the server settings scripts/services-up.sh
+// gives the cluster it owns (PG_SETTINGS there says why each is set), so the
+// two local setups measure the same server. max_connections is the script's
+// own need (parallel tests), not the compose stack's.
+func TestComposePostgresSettingsMatchServicesUp(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "services-up.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?s)\nPG_SETTINGS=\((.*?)\n\)`).FindSubmatch(script)
+	if block == nil {
+		t.Fatal("scripts/services-up.sh has no PG_SETTINGS=( … ) block")
+	}
+	var want []string
+	for _, m := range regexp.MustCompile(`"(\w+) = ([^"$]+)"`).FindAllSubmatch(block[1], -1) {
+		want = append(want, string(m[1])+"="+string(m[2]))
+	}
+	if len(want) == 0 {
+		t.Fatalf("no literal settings in PG_SETTINGS:%s", block[1])
+	}
+	cmd := service(t, load(t, nil), "postgres").Command
+	var got []string
+	for i := 0; i+1 < len(cmd); i++ {
+		if cmd[i] == "-c" {
+			got = append(got, cmd[i+1])
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("postgres command sets %q, services-up.sh's PG_SETTINGS %q", got, want)
+	}
+}

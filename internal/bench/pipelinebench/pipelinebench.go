@@ -102,6 +102,15 @@ type Result struct {
 	// the run, in cores (0 when /proc cannot show them).
 	BridgePeakRSSMiB float64 `json:"bridge_peak_rss_mib"`
 	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
+	// Over the load, in cores: this process (the writers and the
+	// receiver, which share the machine with what they measure) and every
+	// PostgreSQL process of this machine (the bridge's and the writers'
+	// backends, autovacuum, the WAL writer; 0 when none is visible, e.g. a
+	// remote database). With BridgeCPUCores and MachineBusyCores they give
+	// each run's CPU budget: machine − bridge − bench − PostgreSQL is the
+	// broker and everything else.
+	BenchCPUCores    float64 `json:"bench_cpu_cores"`
+	PostgresCPUCores float64 `json:"postgres_cpu_cores"`
 	// What the receiver saw (all must be 0).
 	OrderViolations   int   `json:"order_violations"`
 	Duplicates        int   `json:"duplicates"`
@@ -340,6 +349,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		o.Rate, o.Subscriptions, o.Duration, o.Writers, o.TxEvents))
 	loadStart := time.Now()
 	cpu := sampleCPU(ctx, pid)
+	benchBefore, _ := processCPU(os.Getpid())
+	pgBefore := postgresCPU()
 	events, achieved, err := relaybench.Offer(ctx, pool, relaybench.Load{Topic: topic, Assets: o.Assets, Rate: o.Rate,
 		Duration: o.Duration, Writers: o.Writers, TxEvents: o.TxEvents}, arr.commit)
 	if err != nil {
@@ -347,6 +358,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	}
 	loadEnd := time.Now()
 	res.LoadSeconds = loadEnd.Sub(loadStart).Seconds()
+	if benchAfter, ok := processCPU(os.Getpid()); ok {
+		res.BenchCPUCores = (benchAfter - benchBefore).Seconds() / res.LoadSeconds
+	}
+	res.PostgresCPUCores = (postgresCPU() - pgBefore).Seconds() / res.LoadSeconds
 	res.MachineCores = goruntime.NumCPU()
 	if b, e := cpu.at(loadStart), cpu.at(loadEnd); e.at.After(b.at) {
 		res.MachineBusyCores = (e.machine - b.machine).Seconds() / e.at.Sub(b.at).Seconds()
@@ -495,23 +510,75 @@ func pct(xs []float64, p float64) float64 {
 
 // processCPU is user+system CPU of pid so far, from /proc.
 func processCPU(pid int) (time.Duration, bool) {
+	st, ok := readStat(pid)
+	return st.cpu, ok
+}
+
+// procStat is what postgresCPU and processCPU read of /proc/<pid>/stat.
+type procStat struct {
+	comm string
+	ppid int
+	// cpu is the process's own user+system time; children that of its
+	// children it has waited for (a postmaster's exited backends and
+	// autovacuum workers).
+	cpu, children time.Duration
+}
+
+func readStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, false
+		return procStat{}, false
 	}
 	// Fields after the command name (which may hold spaces) in parentheses.
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, false
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return procStat{}, false
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
+	f := strings.Fields(s[end+1:])
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	var n [5]int64 // ppid, utime, stime, cutime, cstime
+	for i, j := range []int{1, 11, 12, 13, 14} {
+		if n[i], err = strconv.ParseInt(f[j], 10, 64); err != nil {
+			return procStat{}, false
+		}
 	}
 	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticks, true
+	return procStat{comm: s[open+1 : end], ppid: int(n[0]),
+		cpu:      time.Duration(n[1]+n[2]) * time.Second / ticks,
+		children: time.Duration(n[3]+n[4]) * time.Second / ticks}, true
+}
+
+// postgresCPU is the CPU time of this machine's PostgreSQL so far: every
+// live process named postgres, plus what each postmaster's exited children
+// used (backends and autovacuum workers come and go between two readings;
+// their time is added to their postmaster's children's when it reaps them).
+// 0 when /proc shows no PostgreSQL.
+func postgresCPU() time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	stats := map[int]procStat{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.comm == "postgres" {
+			stats[pid] = st
+		}
+	}
+	var total time.Duration
+	for _, st := range stats {
+		total += st.cpu
+		if _, child := stats[st.ppid]; !child { // a postmaster
+			total += st.children
+		}
+	}
+	return total
 }
 
 // peakRSS is VmHWM of pid in MiB (0 when /proc cannot show it).
