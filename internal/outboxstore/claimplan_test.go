@@ -64,3 +64,66 @@ func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
 	}
 	t.Logf("claim after the burst: %s", took.Round(time.Millisecond))
 }
+
+// The streaming claim runs on a generic plan (GenericPlan, see
+// genericPlanSQL). Its setting is the batch transaction's own: the pooled
+// connection goes back with PostgreSQL's default, or every later statement on
+// it would be planned generically. The claim after a burst, on a generic plan
+// made while the table was empty, must still walk the index and stop at the
+// batch (this PostgreSQL's generic plan is an index walk here; the relay
+// still asks for it only on statistics of a large table).
+func TestGenericPlanClaimLeavesTheSessionAlone(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
+	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := BenchFill(ctx, conn, 1000, "t", 1000, 300); err != nil {
+		t.Fatal(err)
+	}
+	exec(`DELETE FROM bridge.outbox`)
+	exec(`VACUUM ANALYZE bridge.outbox`)
+	exec(`UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '10 min'`)
+	lanes := make([]int, 64)
+	for i := range lanes {
+		lanes[i] = i
+	}
+	p := ClaimParams{Member: "m", Lanes: lanes, Margin: 15 * time.Second, Limit: 1000, MaxPayloadBytes: 1 << 20, BatchBytes: 16 << 20, GenericPlan: true}
+	if got, _, err := Claim(ctx, conn, p); err != nil || len(got) != 0 {
+		t.Fatalf("claim on the empty table: %d rows, %v", len(got), err)
+	}
+	const burst = 30000
+	if err := BenchFill(ctx, conn, burst, "t", 1000, 300); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	got, more, err := Claim(ctx, conn, p)
+	took := time.Since(started)
+	if err != nil || len(got) != 1000 || !more {
+		t.Fatalf("claim after the burst: %d rows (more %v), %v", len(got), more, err)
+	}
+	for i, w := range got {
+		if i > 0 && w.Seq <= got[i-1].Seq {
+			t.Fatalf("claimed rows out of seq order at %d: %d after %d", i, w.Seq, got[i-1].Seq)
+		}
+	}
+	if took > time.Second {
+		t.Fatalf("generic-plan claim of 1,000 rows after a %d-row burst took %s, want well under a second", burst, took.Round(time.Millisecond))
+	}
+	var mode string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "auto" {
+		t.Fatalf("session after the claim: plan_cache_mode %s, want auto", mode)
+	}
+	t.Logf("generic-plan claim after the burst: %s", took.Round(time.Millisecond))
+}

@@ -49,6 +49,12 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
 		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
 		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, FreshPlan: r.freshPlans.Load(),
+		// Streaming (the last claim took everything there was) claims a
+		// few rows, and planning them cost twice their execution. A drain
+		// (the resume cursor is set) keeps a plan made for its parameters:
+		// the generic plan cannot know that LIMIT $2 stops the index walk
+		// early.
+		GenericPlan: r.cursor == 0,
 	})
 	if err != nil {
 		return nil, false, err

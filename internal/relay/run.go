@@ -315,6 +315,15 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	tick := time.NewTicker(statsCheckEvery)
 	defer tick.Stop()
 	for {
+		// asked: a claim found a backlog or was slow. Only then may the
+		// check ANALYZE. Streaming without a backlog, every event counts
+		// twice in n_mod_since_analyze (its insert and its mark), so the
+		// statistics go "stale" every 15–60 s at 1,000 events/s: the
+		// periodic tick used to ANALYZE then — 0.8 s of a core, in the
+		// middle of a latency run, for claims of a handful of rows whose
+		// plan does not depend on them. Autovacuum's analyze keeps them
+		// current meanwhile (a minute at most on this table's settings).
+		asked := false
 		select {
 		case <-ctx.Done():
 			return
@@ -322,20 +331,21 @@ func (r *Relay) refreshStats(ctx context.Context) {
 			if time.Since(r.statsCheckedAt) < statsCheckEvery {
 				continue
 			}
+			asked = true
 		case <-tick.C:
 		}
 		r.statsCheckedAt = time.Now()
 		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
 		if err == nil {
-			r.planFreshWhile(st)
+			r.planFreshWhile(st, asked)
 		}
 		switch {
 		case err != nil:
 			if !service.Stopping(ctx, err) {
 				r.log.WarnContext(ctx, "check bridge.outbox statistics", "error", err)
 			}
-		case !st.Stale:
+		case !st.Stale, !asked:
 		case !st.CanAnalyze:
 			if !r.statsWarned {
 				r.statsWarned = true
@@ -353,7 +363,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
 				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
 			if now, err := outboxstore.ReadOutboxStats(qctx, r.pool); err == nil {
-				r.planFreshWhile(now)
+				r.planFreshWhile(now, true)
 			}
 		}
 		cancel()
@@ -361,10 +371,13 @@ func (r *Relay) refreshStats(ctx context.Context) {
 }
 
 // planFreshWhile decides, from the statistics just read, whether claims are
-// planned on each execution: while the statistics are stale or describe a
-// small table, a generic plan is the one that scans a burst once per asset.
-func (r *Relay) planFreshWhile(st outboxstore.OutboxStats) {
-	r.freshPlans.Store(st.Stale || st.Rows < freshPlansBelow)
+// planned on each execution: while the statistics describe a small table, or
+// are stale while a backlog waits (backlog: a claim asked for the check), a
+// generic plan is the one that scans a burst once per asset. Stale
+// statistics of a large table without a backlog (streaming: nothing to
+// ANALYZE for, see refreshStats) keep the cached plan.
+func (r *Relay) planFreshWhile(st outboxstore.OutboxStats, backlog bool) {
+	r.freshPlans.Store((st.Stale && backlog) || st.Rows < freshPlansBelow)
 }
 
 // retain deletes SENT rows past the retention in bounded batches.
