@@ -363,6 +363,9 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 	minClaim := max(1, d.capacity()/4)
 	var last time.Time
 	var cost pace
+	// served: how many subscriptions the loop's last claim served (0: none
+	// or no claim yet); see reserve below.
+	served := 0
 	failures, contendedEmpty := 0, 0
 	lean := false
 	for {
@@ -377,16 +380,25 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		if d.capacity()-int(d.inFlight.Load()) <= 0 {
 			d.starved.Store(true) // whoever gives slots back wakes the loops
 		} else {
-			// Slots are reserved once the claim knows its subscriptions:
-			// at most what they can take (their cap each). Reserved before
-			// it, for twice the loop's even share, two loops' claims held
-			// every free slot while they ran and returned 8 rows each, and
-			// the other loops, starved, claimed nothing until poked (3
-			// subscriptions at 1,000 events/s each: ~2,000 deliveries/s).
+			// Slots are reserved for at most what the loop's subscriptions
+			// can take (their cap each), as many as its last claim served
+			// (the claim is sent in one round trip with the statements that
+			// find them). Reserved for twice the loop's even share, two
+			// loops' claims held every free slot while they ran and
+			// returned 8 rows each, and the other loops, starved, claimed
+			// nothing until poked (3 subscriptions at 1,000 events/s each:
+			// ~2,000 deliveries/s). Before its first claim, or after one
+			// that served none (all contended), a loop does not know, and
+			// reserves its share: what the claim does not take is given
+			// back as soon as it returns.
 			var want int
 			var budget int64
-			reserve := func(subs int) (int, int) {
-				if want = d.reserve(min(share, subs*d.cfg.MaxInFlightPerSubscription)); want == 0 {
+			reserve := func() (int, int) {
+				n := share
+				if served > 0 {
+					n = min(share, served*d.cfg.MaxInFlightPerSubscription)
+				}
+				if want = d.reserve(n); want == 0 {
 					return 0, 0
 				}
 				if budget = d.reserveBytes(); budget == 0 {
@@ -402,6 +414,9 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 				Loops: d.cfg.ClaimLoops, Loop: loop, Reserve: reserve,
 			})
 			claims, contended := res.Claims, res.Contended
+			if err == nil && want > 0 {
+				served = res.Subscriptions
+			}
 			// A rate-limited subscription out of tokens: nothing will poke
 			// this loop when its next token is due, so it sets a timer
 			// rather than waiting for the poll tick (or polling).

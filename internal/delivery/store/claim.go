@@ -71,6 +71,14 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('
 // transaction began before the previous claim of the subscription
 // committed must not refill the same interval twice). Unlimited
 // subscriptions are neither locked nor written.
+//
+// What it found goes to claimSQL through three transaction-local settings
+// (bridge.claim_subscriptions, bridge.claim_rated, bridge.claim_tokens)
+// rather than back through this process: the two statements are then sent
+// together, in one round trip (see ClaimShare). The settings end with the
+// transaction; claimSQL run without this statement before it in its
+// transaction fails (an unset or empty setting is no uuid[]), it never
+// claims for subscriptions it does not hold.
 const claimSubscriptionsSQL = `
 WITH c AS (
   SELECT s.id, s.rate_limit > 0 AS limited,
@@ -88,11 +96,17 @@ rated AS (
   ORDER BY s.id
   FOR NO KEY UPDATE OF s
 )
-SELECT coalesce(array_agg(id ORDER BY id) FILTER (WHERE locked), '{}'), count(*) FILTER (WHERE NOT locked),
-       (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM rated),
-       (SELECT coalesce(array_agg(tokens ORDER BY id), '{}') FROM rated),
-       (SELECT coalesce(array_agg(rate_limit ORDER BY id), '{}') FROM rated)
-FROM c`
+SELECT x.subs, x.contended, x.rated, x.tokens, x.rates
+FROM (
+  SELECT coalesce(array_agg(id ORDER BY id) FILTER (WHERE locked), '{}') AS subs, count(*) FILTER (WHERE NOT locked) AS contended,
+         (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM rated) AS rated,
+         (SELECT coalesce(array_agg(tokens ORDER BY id), '{}') FROM rated) AS tokens,
+         (SELECT coalesce(array_agg(rate_limit ORDER BY id), '{}') FROM rated) AS rates
+  FROM c
+) x
+WHERE set_config('bridge.claim_subscriptions', x.subs::text, true) IS NOT NULL -- never false: sets them all
+  AND set_config('bridge.claim_rated', x.rated::text, true) IS NOT NULL
+  AND set_config('bridge.claim_tokens', x.tokens::text, true) IS NOT NULL`
 const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 
 // claimSQL hands out at most one delivery per (subscription, asset): the
@@ -159,7 +173,7 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // subscription.
 //
 // The per-subscription cap is exact across claimers (loops and replicas):
-// only the subscriptions in $5 are looked at, and those are the ones this
+// only the subscriptions in bridge.claim_subscriptions are looked at, and those are the ones this
 // transaction holds the subscription lock of (claimSubscriptionsSQL), taken
 // in a statement before this one. Two claims of one subscription therefore
 // never overlap, and the later one's snapshot sees the earlier one's claims,
@@ -177,7 +191,7 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // together, so a snapshot that sees the successor as head also sees the
 // subscription disabled.
 //
-// Bytes: the claim stops once the payloads it returns reach $6 (the first
+// Bytes: the claim stops once the payloads it returns reach $5 (the first
 // row is always returned, so a budget below one payload still makes
 // progress). payload_bytes is computed when the row is written (migration
 // 00080), so no payload is read to decide. The deliverer passes what is left
@@ -204,11 +218,12 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // still sent it.
 //
 // Rate limits: a rate-limited subscription takes at most its whole tokens
-// ($7 ids, $8 their buckets, refilled and locked by claimSubscriptionsSQL)
+// (bridge.claim_rated ids, bridge.claim_tokens their buckets, refilled and
+// locked by claimSubscriptionsSQL)
 // and rated debits one per delivery claimed, so a token is spent exactly
 // when an attempt is charged. Waiting for tokens is no attempt: nothing is
 // claimed, nothing is charged, no backoff is scheduled. One that became
-// limited after claimSubscriptionsSQL ran (not in $7) takes nothing this
+// limited after claimSubscriptionsSQL ran (not in bridge.claim_rated) takes nothing this
 // time. The others are not affected (take = free).
 const claimSQL = `
 WITH subs AS MATERIALIZED (
@@ -219,9 +234,10 @@ WITH subs AS MATERIALIZED (
            greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
                                   WHERE g.subscription_id = s.id AND g.status = 'delivering'))::int AS free
     FROM bridge.subscriptions s
-    WHERE s.id = ANY($5::uuid[]) AND s.enabled
+    WHERE s.id = ANY(current_setting('bridge.claim_subscriptions')::uuid[]) AND s.enabled
   ) f
-  LEFT JOIN unnest($7::uuid[], $8::float8[]) AS r(id, tokens) ON r.id = f.id
+  LEFT JOIN unnest(current_setting('bridge.claim_rated')::uuid[], current_setting('bridge.claim_tokens')::float8[])
+    AS r(id, tokens) ON r.id = f.id
 ),
 ready AS (
   SELECT r.subscription_id, r.asset_key, r.gen, subs.take
@@ -266,7 +282,7 @@ picked AS (
     ORDER BY turn, seq
     LIMIT $3
   ) b
-  WHERE running - payload_bytes < $6::bigint -- the row starts within the byte budget (the first always does)
+  WHERE running - payload_bytes < $5::bigint -- the row starts within the byte budget (the first always does)
 ),
 locked AS (
   SELECT l.id FROM picked p
@@ -303,7 +319,7 @@ parked AS (
 rated AS (
   UPDATE bridge.subscriptions s
   SET rate_tokens = r.tokens - k.n, rate_refilled_at = greatest(s.rate_refilled_at, now())
-  FROM unnest($7::uuid[], $8::float8[]) AS r(id, tokens),
+  FROM unnest(current_setting('bridge.claim_rated')::uuid[], current_setting('bridge.claim_tokens')::float8[]) AS r(id, tokens),
        (SELECT subscription_id, count(*) AS n FROM claimed GROUP BY subscription_id) k
   WHERE s.id = r.id AND k.subscription_id = r.id
 )
@@ -395,12 +411,14 @@ type ClaimParams struct {
 	// Bytes bounds the payload bytes the claim returns (the first row is
 	// always returned); zero means no bound.
 	Bytes int
-	// Reserve, when set, is called once the claim knows how many
-	// subscriptions it serves (it holds their locks), before it claims; it
-	// returns the Limit and Bytes to claim with (a zero limit claims
-	// nothing). The claimer reserves its slots there, for what these
-	// subscriptions can take at most, instead of for a guess made before.
-	Reserve func(subscriptions int) (limit, bytes int)
+	// Reserve, when set, is called before the claim is sent; it returns
+	// the Limit and Bytes to claim with (a zero limit claims nothing and
+	// sends nothing). The claimer reserves its slots there. It learns how
+	// many subscriptions its share serves from the previous claim's
+	// ClaimResult.Subscriptions, so it reserves at most what they can take:
+	// the claim goes out in one round trip with the statements that find
+	// and lock those subscriptions, so it cannot be asked in between.
+	Reserve func() (limit, bytes int)
 }
 
 // Claim hands out up to p.Limit deliveries, at most one per (subscription,
@@ -424,6 +442,10 @@ func (s *DeliveryStore) Claim(ctx context.Context, p ClaimParams) ([]Claim, erro
 // ClaimResult is what one claim of a share found.
 type ClaimResult struct {
 	Claims []Claim
+	// Subscriptions counts the subscriptions of the share this claim served
+	// (held the lock of): what the next claim of the share should reserve
+	// for (ClaimParams.Reserve).
+	Subscriptions int
 	// Contended counts the subscriptions of the share skipped because
 	// another claim was serving them (try again soon).
 	Contended int
@@ -437,63 +459,67 @@ type ClaimResult struct {
 
 // ClaimShare is Claim for share p.Loop of p.Loops, also reporting the
 // contention and the rate limits it met.
+//
+// Its statements — the revive lock (claimLockSQL), the subscriptions and
+// their locks (claimSubscriptionsSQL), the claim (claimSQL) — go out
+// together, one transaction in one round trip. Sent as BEGIN with the first
+// two, then the claim with COMMIT once this process had read which
+// subscriptions it held, the transaction sat idle between its round trips
+// holding the subscriptions' locks (0.6–0.9 backends on average in bench
+// pipeline), and BEGIN and COMMIT were two statements more per claim. The
+// statements keep their order, so the lock order and the reasoning above
+// (and at claimSQL) are unchanged: the claim's snapshot follows both locks.
 func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	var res ClaimResult
 	var subs, rated []string
 	var tokens []float64
 	var rates []int32
 	loops := max(p.Loops, 1)
-	// The locks and the subscriptions in one round trip: they are two
-	// statements (the claim's snapshot must follow the locks), not two
-	// waits for the scheduler on a busy machine.
+	if p.Reserve != nil {
+		if p.Limit, p.Bytes = p.Reserve(); p.Limit <= 0 {
+			return res, nil
+		}
+	}
+	budget := int64(p.Bytes)
+	if budget <= 0 {
+		budget = math.MaxInt64
+	}
+	claimArgs := []any{p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, budget}
+	// readErr: a result this process could not read (see claimPipelined).
+	var readErr error
 	first := func(b *pgx.Batch) {
 		b.Queue(claimLockSQL)
 		b.Queue(claimSubscriptionsSQL, loops, p.Loop).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&subs, &res.Contended, &rated, &tokens, &rates)
-		})
-	}
-	// claimArgs reserves (p.Reserve) once the subscriptions are known and
-	// returns claimSQL's arguments; false: nothing to claim.
-	claimArgs := func() ([]any, bool) {
-		if len(subs) == 0 {
-			return nil, false
-		}
-		if p.Reserve != nil {
-			if p.Limit, p.Bytes = p.Reserve(len(subs)); p.Limit <= 0 {
-				return nil, false
+			err := row.Scan(&subs, &res.Contended, &rated, &tokens, &rates)
+			if pgErr := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pgErr) {
+				readErr = err // the claim runs anyway: read on, so that it can be given back
+				return nil
 			}
-		}
-		budget := int64(p.Bytes)
-		if budget <= 0 {
-			budget = math.MaxInt64
-		}
-		return []any{p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, subs, budget, rated, tokens}, true
+			return err
+		})
 	}
 	var err error
 	if pool, ok := s.db.(*pgxpool.Pool); ok {
-		err = s.claimPipelined(ctx, pool, first, claimArgs, &res.Claims)
+		err = s.claimPipelined(ctx, pool, first, claimArgs, &readErr, &res.Claims)
 	} else {
 		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			first(b)
+			b.Queue(claimSQL, claimArgs...).Query(func(rows pgx.Rows) error {
+				var err error
+				res.Claims, err = s.read(rows)
+				return err // a claim that could not be read rolls back with the transaction
+			})
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err
 			}
-			args, ok := claimArgs()
-			if !ok {
-				return nil
-			}
-			rows, err := tx.Query(ctx, claimSQL, args...)
-			if err != nil {
-				return err
-			}
-			res.Claims, err = s.read(rows)
-			return err // a claim that could not be read rolls back with the transaction
+			return readErr // rolls back
 		})
 	}
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim deliveries: %w", err)
 	}
+	res.Subscriptions = len(subs)
 	for i := range res.Claims {
 		if res.Claims[i].Secrets, err = openSecrets(s.keys, res.Claims[i].SubscriptionID, res.Claims[i].Secrets); err != nil {
 			res.Claims[i].SecretsErr = err
@@ -503,55 +529,28 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	return res, nil
 }
 
-// claimPipelined runs a claim's transaction on one of pool's connections in
-// two round trips — BEGIN with the first statements, then the claim with
-// COMMIT — instead of four (BEGIN, the first statements, the claim,
-// COMMIT). In bench pipeline (1,000 events/s × 3 subscriptions, a saturated
-// 2-core machine) the claim's connections were idle in transaction ~1.2 of
-// the time on average, waiting for this process to send the next message,
-// against 0.4 running the claim — while holding the subscriptions' locks,
-// which no other claim can take meanwhile. A statement that fails makes
-// PostgreSQL skip the rest of its pipeline, so COMMIT runs only after a
-// claim that succeeded, and the claims are returned only once it has: a
-// delivery is never sent on a claim that was not committed. A transaction
-// left open is rolled back before the connection goes back to the pool.
+// claimPipelined runs a claim's transaction on pool in one round trip: one
+// pgx batch is one implicit transaction (its statements, then one Sync), so
+// no BEGIN or COMMIT is sent. A statement that fails makes PostgreSQL skip
+// the rest and roll the transaction back, and the claims are returned only
+// once the batch has ended: a delivery is never sent on a claim that was
+// not committed.
 //
-// The COMMIT is sent with the claim, so it also commits claims whose rows
-// this process then fails to read (a scan error: the claim ran, its result
-// does not fit Claim). Those rows would sit 'delivering' with an attempt
-// charged, unsent, until their lease ran out. So the claim's transaction id
-// is read after it, and such a claim is undone at once by unclaimSQL: its
-// rows pending again, their attempt not charged, as if it had rolled back
-// (TestClaimThatCannotBeReadIsGivenBack).
-func (s *DeliveryStore) claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Batch), claimArgs func() ([]any, bool), into *[]Claim) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
-				// Its state is unknown: it must not be handed out again.
-				_ = conn.Conn().Close(context.WithoutCancel(ctx))
-			}
-		}
-		conn.Release()
-	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	first(b)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	args, ok := claimArgs()
-	if !ok {
-		_, err := conn.Exec(ctx, "COMMIT")
-		return err
-	}
+// The transaction commits at the batch's end, so it also commits claims
+// whose rows this process then fails to read (a scan error: the claim ran,
+// its result does not fit Claim). Those rows would sit 'delivering' with an
+// attempt charged, unsent, until their lease ran out. So the claim's
+// transaction id is read after it, and such a claim is undone at once by
+// unclaimSQL: its rows pending again, their attempt not charged, as if it
+// had rolled back (TestClaimThatCannotBeReadIsGivenBack).
+//
+// readErr is shared with first's statements: the subscriptions' row that
+// could not be read is such a failure too (the claim after it ran).
+func (s *DeliveryStore) claimPipelined(ctx context.Context, pool *pgxpool.Pool, first func(*pgx.Batch), args []any, readErr *error, into *[]Claim) error {
 	var claims []Claim
-	var readErr error
 	var xid *string
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
+	first(b)
 	// Fn, not Query: Query's wrapper returns the rows' error, which would
 	// stop the batch before the transaction id is read.
 	b.Queue(claimSQL, args...).Fn = func(br pgx.BatchResults) error {
@@ -564,23 +563,24 @@ func (s *DeliveryStore) claimPipelined(ctx context.Context, pool *pgxpool.Pool, 
 		}
 		var pgErr *pgconn.PgError
 		if err == nil || errors.As(err, &pgErr) {
-			return err // a claim that failed: PostgreSQL skips the COMMIT
+			return err // a claim that failed: PostgreSQL rolls the transaction back
 		}
-		readErr = err // read on, so that the transaction id comes back
+		if *readErr == nil {
+			*readErr = err // read on, so that the transaction id comes back
+		}
 		return nil
 	}
 	b.Queue(`SELECT pg_current_xact_id_if_assigned()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-	if readErr != nil {
+	if *readErr != nil {
 		if xid != nil {
-			if _, err := conn.Exec(ctx, unclaimSQL, args[0], *xid); err != nil {
-				return fmt.Errorf("%w; giving its claims back failed too, they return when their lease expires: %v", readErr, err)
+			if _, err := pool.Exec(ctx, unclaimSQL, args[0], *xid); err != nil {
+				return fmt.Errorf("%w; giving its claims back failed too, they return when their lease expires: %v", *readErr, err)
 			}
 		}
-		return readErr
+		return *readErr
 	}
 	*into = claims
 	return nil

@@ -3,7 +3,6 @@ package store
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -62,12 +61,14 @@ FROM unnest($1::uuid[]) s, generate_series(0, $3 - 1) g ORDER BY g, s`, subs, st
 		if _, err := tx.Exec(ctx, claimLockSQL); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, claimSettingsSQL(subs)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `PREPARE claim_stale_test AS `+claimSQL); err != nil {
 			return err
 		}
 		var raw []byte
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE claim_stale_test('plan-test', 32, 64, '1 minute', '{%s}', 9223372036854775807, '{}', '{}')`,
-			strings.Join(subs, ","))).Scan(&raw); err != nil {
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE claim_stale_test('plan-test', 32, 64, '1 minute', 9223372036854775807)`)).Scan(&raw); err != nil {
 			return err
 		}
 		if err := json.Unmarshal(raw, &plan); err != nil {

@@ -44,13 +44,16 @@ func TestClaimPlanMadeOnEmptyTablesStaysCheap(t *testing.T) {
 	if _, err := conn.Exec(ctx, `PREPARE claim_plan_test AS `+claimSQL); err != nil {
 		t.Fatal(err)
 	}
-	// EXECUTE takes no bind parameters: the ids go in as a literal (no
-	// rate-limited subscriptions: the last two arrays are empty).
-	execute := fmt.Sprintf(`EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', '{%s}', 9223372036854775807, '{}', '{}')`, strings.Join(subs, ","))
+	// EXECUTE takes no bind parameters: literals. The subscriptions come
+	// as claimSubscriptionsSQL passes them (claimSettingsSQL).
+	execute := `EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', 9223372036854775807)`
 	run := func(sql string, f func(pgx.Rows) error) {
 		t.Helper()
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, claimLockSQL); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, claimSettingsSQL(subs)); err != nil {
 				return err
 			}
 			rows, err := tx.Query(ctx, sql)
@@ -121,6 +124,13 @@ func (n planNode) handled() float64 {
 		total += c.handled()
 	}
 	return total
+}
+
+// claimSettingsSQL passes subs to claimSQL in the current transaction as
+// claimSubscriptionsSQL does (no rate-limited subscriptions).
+func claimSettingsSQL(subs []string) string {
+	return fmt.Sprintf(`SELECT set_config('bridge.claim_subscriptions', '{%s}', true),
+       set_config('bridge.claim_rated', '{}', true), set_config('bridge.claim_tokens', '{}', true)`, strings.Join(subs, ","))
 }
 
 // errRollback ends a pgx.BeginFunc transaction with a rollback.
