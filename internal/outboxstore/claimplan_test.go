@@ -1,6 +1,7 @@
 package outboxstore
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -18,33 +19,9 @@ import (
 // for the table as it is; here it must take well under a second. The
 // bound is loose on purpose (a slow CI machine): the failure is 15 s.
 func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
-	db := pgtest.NewParallel(t)
+	conn, p := idleOutbox(t)
 	ctx := t.Context()
-	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	// Earlier events of every asset (sent and deleted by retention), so the
-	// burst's rows have predecessors to look up; then statistics of an empty
-	// table, as an idle outbox has them.
-	if err := BenchFill(ctx, conn, 1000, "t", 1000, 300); err != nil {
-		t.Fatal(err)
-	}
-	exec(`DELETE FROM bridge.outbox`)
-	exec(`VACUUM ANALYZE bridge.outbox`)
-	exec(`UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '10 min'`)
-	lanes := make([]int, 64)
-	for i := range lanes {
-		lanes[i] = i
-	}
-	p := ClaimParams{Member: "m", Lanes: lanes, Margin: 15 * time.Second, Limit: 1000, MaxPayloadBytes: 1 << 20, BatchBytes: 16 << 20, FreshPlan: true}
+	p.FreshPlan = true
 	for range 8 { // past PostgreSQL's 5 custom plans before a generic one
 		if got, _, err := Claim(ctx, conn, p); err != nil || len(got) != 0 {
 			t.Fatalf("claim on the empty table: %d rows, %v", len(got), err)
@@ -73,30 +50,9 @@ func TestClaimAfterABurstIsNotPlannedForAnEmptyTable(t *testing.T) {
 // batch (this PostgreSQL's generic plan is an index walk here; the relay
 // still asks for it only on statistics of a large table).
 func TestGenericPlanClaimLeavesTheSessionAlone(t *testing.T) {
-	db := pgtest.NewParallel(t)
+	conn, p := idleOutbox(t)
 	ctx := t.Context()
-	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	if err := BenchFill(ctx, conn, 1000, "t", 1000, 300); err != nil {
-		t.Fatal(err)
-	}
-	exec(`DELETE FROM bridge.outbox`)
-	exec(`VACUUM ANALYZE bridge.outbox`)
-	exec(`UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '10 min'`)
-	lanes := make([]int, 64)
-	for i := range lanes {
-		lanes[i] = i
-	}
-	p := ClaimParams{Member: "m", Lanes: lanes, Margin: 15 * time.Second, Limit: 1000, MaxPayloadBytes: 1 << 20, BatchBytes: 16 << 20, GenericPlan: true}
+	p.GenericPlan = true
 	if got, _, err := Claim(ctx, conn, p); err != nil || len(got) != 0 {
 		t.Fatalf("claim on the empty table: %d rows, %v", len(got), err)
 	}
@@ -126,4 +82,37 @@ func TestGenericPlanClaimLeavesTheSessionAlone(t *testing.T) {
 		t.Fatalf("session after the claim: plan_cache_mode %s, want auto", mode)
 	}
 	t.Logf("generic-plan claim after the burst: %s", took.Round(time.Millisecond))
+}
+
+// idleOutbox returns a connection to a database of its own whose outbox is
+// as an idle relay sees it: earlier events of 1,000 assets were sent and
+// deleted by retention (so a burst's rows have predecessors to look up), the
+// statistics are of an empty table, and every lane is leased to member "m";
+// and the claim parameters for those lanes (a batch of 1,000 rows).
+func idleOutbox(t *testing.T) (*pgx.Conn, ClaimParams) {
+	t.Helper()
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
+	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(ctx)) })
+	if err := BenchFill(ctx, conn, 1000, "t", 1000, 300); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`DELETE FROM bridge.outbox`,
+		`VACUUM ANALYZE bridge.outbox`,
+		`UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '10 min'`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	lanes := make([]int, 64)
+	for i := range lanes {
+		lanes[i] = i
+	}
+	return conn, ClaimParams{Member: "m", Lanes: lanes, Margin: 15 * time.Second, Limit: 1000, MaxPayloadBytes: 1 << 20, BatchBytes: 16 << 20}
 }
