@@ -45,9 +45,17 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('
        set_config('enable_mergejoin', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // claimSubscriptionsSQL picks the subscriptions a claim serves: the enabled
-// ones of this claim loop's share ($1 loops, this one $2; by a hash of the
-// id, so every replica's loop k has the same share) whose subscription lock
-// (advisory, class 7411005) is free. The lock is held until the claim
+// ones of this claim loop's share ($1 loops, this one $2) whose subscription
+// lock (advisory, class 7411005) is free. The share is by rank: the servable
+// subscriptions in id order, the i-th to loop i mod $1, so the loops' shares
+// differ by at most one and every replica's loop k has the same share. It
+// was a hash of the id mod $1, which with 3 subscriptions over 4 loops put
+// two in one loop in ~60% of runs and all three in ~6% (those were the
+// slowest bench pipeline runs: one serial loop claiming for all three while
+// the others claimed for nothing). A subscription created, disabled or done
+// copying its history moves the ranks after it; until every claim has seen
+// that, two loops may both name one subscription, and its lock serves it to
+// one of them at a time, so the cap stays exact. The lock is held until the claim
 // commits; a subscription another claim holds is skipped, not waited for —
 // that claim is serving it — and $3 counts them. The CASE makes sure only
 // candidates are locked (a WHERE clause may evaluate its terms in any
@@ -80,12 +88,16 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock_shared(7411004), set_config('
 // transaction fails (an unset or empty setting is no uuid[]), it never
 // claims for subscriptions it does not hold.
 const claimSubscriptionsSQL = `
-WITH c AS (
-  SELECT s.id, s.rate_limit > 0 AS limited,
-         CASE WHEN s.enabled AND (s.history_since IS NULL OR s.history_done_at IS NOT NULL)
-                   AND mod(abs(hashtext(s.id::text)), $1) = $2
-              THEN pg_try_advisory_xact_lock(7411005, hashtext(s.id::text)) END AS locked
+WITH e AS (
+  SELECT s.id, s.rate_limit > 0 AS limited, row_number() OVER (ORDER BY s.id) - 1 AS rank
   FROM bridge.subscriptions s
+  WHERE s.enabled AND (s.history_since IS NULL OR s.history_done_at IS NOT NULL)
+),
+c AS (
+  SELECT e.id, e.limited,
+         CASE WHEN mod(e.rank, $1) = $2
+              THEN pg_try_advisory_xact_lock(7411005, hashtext(e.id::text)) END AS locked
+  FROM e
 ),
 rated AS (
   SELECT s.id, s.rate_limit,
