@@ -148,6 +148,8 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 			{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms at %d events/s offered, %.0f achieved (%d writers, %d event(s)/tx, %d events)",
 				res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs, res.LatencyOffered, res.LatencyAchieved, res.LatencyWriters, res.LatencyTxEvents, res.LatencyEvents)},
 			{"commit→ack steps", steps(res.LatencySteps, res.LatencySlowSteps)},
+			{"commit→ack by relay state", details(res.LatencyDetail, res.LatencySlowDetail)},
+			{"produce requests meanwhile", fmt.Sprintf("%d, round trip p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs)},
 			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
@@ -165,12 +167,23 @@ func steps(all, slow relaybench.Breakdown) string {
 	return "mean " + f(all) + "; at or above p99 " + f(slow)
 }
 
+// details describes what the relay was doing while the events of all and
+// of the slowest 1% waited (see relaybench.Detail).
+func details(all, slow relaybench.Detail) string {
+	f := func(d relaybench.Detail) string {
+		return fmt.Sprintf("relay idle until woken %.1f ms, busy with another claim %.1f / produce %.1f / wait for marks %.1f ms; own claim %.1f, building records %.1f, to the broker's ack %.1f ms",
+			d.WakeMs, d.BusyClaimMs, d.BusyProduceMs, d.BusyMarksMs, d.ClaimMs, d.BuildMs, d.BrokerMs)
+	}
+	return "mean " + f(all) + "; at or above p99 " + f(slow)
+}
+
 func printBenchSustain(cmd *cobra.Command, res *relaybench.SustainResult) error {
 	rows := [][]string{
 		{"load", fmt.Sprintf("%d events/s offered, %.0f achieved, %d events in %.0fs (%d writers, %d events/tx)", res.OfferedRate, res.AchievedRate, res.Events, res.DurationSeconds, res.Writers, res.TxEvents)},
 		{"relay", fmt.Sprintf("%d replica(s), batch %d, xmin held: %v", res.Replicas, res.BatchSize, res.HoldXmin)},
 		{"commit→ack latency", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs)},
 		{"commit→ack steps", steps(res.LatencySteps, res.LatencySlowSteps)},
+		{"commit→ack by relay state", details(res.LatencyDetail, res.LatencySlowDetail)},
 		{"claim p99", fmt.Sprintf("first minute %.1f ms, last minute %.1f ms", res.ClaimP99FirstMinuteMs, res.ClaimP99LastMinuteMs)},
 		{"outbox dead tuples at end", fmt.Sprintf("%d", res.DeadTuplesAtEnd)},
 		{"writers' transactions", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms (BEGIN to COMMIT returned)", res.WriterTxP50Ms, res.WriterTxP99Ms)},

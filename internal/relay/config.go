@@ -71,6 +71,23 @@ type Config struct {
 	// and how many rows it returned (benchmarks track the claim's cost over
 	// a run with it). Default: none.
 	ClaimObserver func(took time.Duration, rows int)
+	// CycleObserver, when set, is told when each cycle (claim, produce, wait
+	// for the previous marks) went through its steps: benchmarks split
+	// commit→ack with it (an event that waited for the relay waited for one
+	// of these, or for the NOTIFY while the relay was idle). Default: none.
+	CycleObserver func(CycleTimes)
+}
+
+// CycleTimes is when one relay cycle went through its steps. The loop was
+// idle (waiting for a NOTIFY, the poll or a change of lanes) from IdleFrom
+// to ClaimStart; IdleFrom is zero when the cycle followed the previous one
+// at once (a backlog). Produced is when every record was handed to the
+// Kafka client (zero: nothing produced), Acked when the last ack arrived,
+// Settled when the wait for the previous batch's marks ended (the next
+// claim starts after it).
+type CycleTimes struct {
+	IdleFrom, ClaimStart, ClaimEnd, Produced, Acked, Settled time.Time
+	Rows                                                     int
 }
 
 // envDefaults are the RELAY_* envDefault tags as a Config.

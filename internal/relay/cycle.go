@@ -40,8 +40,9 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 		}
 		toSend = append(toSend, i)
 	}
-	r.produce(ctx, rows, toSend, results)
-	res.produceTook = time.Since(claimedAt)
+	res.produced = r.produce(ctx, rows, toSend, results)
+	res.acked = time.Now()
+	res.produceTook = res.acked.Sub(claimedAt)
 	r.log.DebugContext(ctx, "relay cycle", "rows", len(rows), "claim", claimedAt.Sub(started), "produce", time.Since(claimedAt))
 	if r.testCrashAfterProduce != nil && r.testCrashAfterProduce() {
 		return res, nil, errSimulatedCrash

@@ -115,8 +115,9 @@ func endSpan(span trace.Span, res sendResult) {
 	span.End()
 }
 
-// produce sends rows[idx...] and waits for every acknowledgement.
-func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []sendResult) {
+// produce sends rows[idx...] and waits for every acknowledgement. It
+// returns when the last record was handed to the client.
+func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []sendResult) (buffered time.Time) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout+5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -131,12 +132,14 @@ func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []s
 			endSpan(span, results[i])
 		})
 	}
+	buffered = time.Now()
 	// The whole batch is buffered: send it now instead of after the linger.
 	// The cycle waits for every ack anyway, and at a low rate (a few rows per
 	// cycle) the linger was most of the commit→ack latency. An error here is
 	// the context's, and every record's own result still arrives.
 	_ = r.client.Flush(pctx)
 	wg.Wait()
+	return buffered
 }
 
 func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {

@@ -130,6 +130,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// produced, their acks are awaited and marked even during shutdown.
 	work := context.WithoutCancel(ctx)
 	var inflight *settlement
+	var idleFrom time.Time // when the loop began waiting for work (zero: it did not)
 	settle := func() {
 		if inflight == nil {
 			return
@@ -160,6 +161,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			prev, waitStarted := inflight, time.Now()
 			settle()
 			r.reportSlowCycle(ctx, cycleStarted, waitStarted, res, prev)
+			if obs := r.cfg.CycleObserver; obs != nil {
+				obs(CycleTimes{IdleFrom: idleFrom, ClaimStart: cycleStarted, ClaimEnd: cycleStarted.Add(res.claimTook),
+					Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
+			}
+			idleFrom = time.Time{}
 			if next != nil {
 				inflight = next
 				go func(s *settlement) {
@@ -203,6 +209,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		// the WAL flush behind the writers' — to the commit→ack latency of
 		// every event committed while it ran.
 		poll.Reset(r.cfg.PollInterval)
+		if idleFrom.IsZero() {
+			idleFrom = time.Now()
+		}
 		if !r.waitForWork(ctx, wake, poll.C, &inflight, settle) {
 			settle() // marks are fenced by the leases: written before they are released
 			return r.shutdown(ctx)
@@ -451,6 +460,9 @@ type cycleResult struct {
 	// claimTook and produceTook are the claim statement and produce until
 	// the last ack (zero when the step did not run).
 	claimTook, produceTook time.Duration
-	more                   bool // the claim left rows behind (batch limit or byte budget)
-	outage                 bool
+	// produced: every record handed to the client; acked: the last ack
+	// (zero when nothing was produced). For CycleObserver.
+	produced, acked time.Time
+	more            bool // the claim left rows behind (batch limit or byte budget)
+	outage          bool
 }

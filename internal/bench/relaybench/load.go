@@ -28,7 +28,143 @@ type latencies struct {
 	committed map[string]time.Time // dedup-id → commit returned, not acked yet
 	early     map[string]time.Time // acked before the writer recorded its commit
 	samples   []sample
-	claims    []claimSpan // the relays' claim statements while active, by end
+	claims    []claimSpan        // the relays' claim statements while active, by end
+	cycles    []relay.CycleTimes // the relays' cycles while active, in order
+	requests  []float64          // the relays' produce requests' round trips while active, ms
+}
+
+// produceRequest records one produce request's round trip, while active.
+func (l *latencies) produceRequest(d time.Duration) {
+	if !l.active.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.requests = append(l.requests, d.Seconds()*1000)
+	l.mu.Unlock()
+}
+
+// produceRequests returns how many produce requests were recorded and the
+// p50, p99 and max of their round trips.
+func (l *latencies) produceRequests() (n int, p50, p99, maxMs float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	xs := slices.Clone(l.requests)
+	return len(xs), percentile(xs, 0.5), percentile(xs, 0.99), percentile(xs, 1)
+}
+
+// cycled records a relay cycle, while active.
+func (l *latencies) cycled(c relay.CycleTimes) {
+	if !l.active.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.cycles = append(l.cycles, c)
+	l.mu.Unlock()
+}
+
+// Detail splits commit→ack by what the relay was doing, averaged over a set
+// of events (exact with one relay). From the COMMIT returning to the start
+// of the claim that carried the event, the relay was idle (WakeMs: waiting
+// for the NOTIFY to reach it), or busy with another cycle: its claim
+// (BusyClaimMs), its produce until acked (BusyProduceMs), or the wait for
+// the marks of the batch before it (BusyMarksMs). Then the carrying cycle:
+// its claim (ClaimMs), building and handing the records to the client
+// (BuildMs), and from there to the broker's ack (BrokerMs). The parts add
+// up to commit→ack.
+type Detail struct {
+	Events        int     `json:"events"`
+	WakeMs        float64 `json:"wake_ms"`
+	BusyClaimMs   float64 `json:"busy_claim_ms"`
+	BusyProduceMs float64 `json:"busy_produce_ms"`
+	BusyMarksMs   float64 `json:"busy_marks_ms"`
+	ClaimMs       float64 `json:"claim_ms"`
+	BuildMs       float64 `json:"build_ms"`
+	BrokerMs      float64 `json:"broker_ms"`
+}
+
+// detail returns the Detail of all matched events and of those at or above
+// the p99.
+func (l *latencies) detail() (all, slow Detail) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cycles := slices.Clone(l.cycles)
+	slices.SortFunc(cycles, func(a, b relay.CycleTimes) int { return a.ClaimStart.Compare(b.ClaimStart) })
+	xs := make([]float64, len(l.samples))
+	for i, s := range l.samples {
+		xs[i] = float64(s.ms)
+	}
+	p99 := percentile(xs, 0.99)
+	ms := func(a, b time.Time) float64 {
+		if a.IsZero() || b.IsZero() || !b.After(a) {
+			return 0
+		}
+		return b.Sub(a).Seconds() * 1000
+	}
+	// overlap is how much of [from, to] lies in [a, b].
+	overlap := func(from, to, a, b time.Time) float64 {
+		if a.IsZero() || b.IsZero() {
+			return 0
+		}
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		return ms(a, b)
+	}
+	add := func(d *Detail, s sample) {
+		commit := s.at.Add(-time.Duration(float64(s.ms) * float64(time.Millisecond)))
+		// The carrying cycle: the last one whose claim ended before the ack.
+		i, _ := slices.BinarySearchFunc(cycles, s.at, func(c relay.CycleTimes, t time.Time) int { return c.ClaimStart.Compare(t) })
+		for i--; i >= 0 && (cycles[i].ClaimEnd.After(s.at) || cycles[i].Produced.IsZero()); i-- {
+		}
+		if i < 0 {
+			return
+		}
+		c := cycles[i]
+		d.Events++
+		from, to := commit, c.ClaimStart
+		for j := i; j >= 0; j-- {
+			p := cycles[j]
+			if j < i && p.Settled.Before(from) {
+				break // this cycle and every earlier one ended before the commit
+			}
+			if !p.IdleFrom.IsZero() {
+				d.WakeMs += overlap(from, to, p.IdleFrom, p.ClaimStart)
+			}
+			if j == i {
+				continue
+			}
+			d.BusyClaimMs += overlap(from, to, p.ClaimStart, p.ClaimEnd)
+			ackedOrClaimed := p.Acked
+			if ackedOrClaimed.IsZero() {
+				ackedOrClaimed = p.ClaimEnd
+			}
+			d.BusyProduceMs += overlap(from, to, p.ClaimEnd, ackedOrClaimed)
+			d.BusyMarksMs += overlap(from, to, ackedOrClaimed, p.Settled)
+		}
+		claimFrom := c.ClaimStart
+		if commit.After(claimFrom) {
+			claimFrom = commit // the ack came before the writer heard its COMMIT return
+		}
+		d.ClaimMs += ms(claimFrom, c.ClaimEnd)
+		d.BuildMs += ms(c.ClaimEnd, c.Produced)
+		d.BrokerMs += ms(c.Produced, s.at)
+	}
+	for _, s := range l.samples {
+		add(&all, s)
+		if float64(s.ms) >= p99 {
+			add(&slow, s)
+		}
+	}
+	for _, d := range []*Detail{&all, &slow} {
+		if n := float64(d.Events); n > 0 {
+			d.WakeMs, d.BusyClaimMs, d.BusyProduceMs, d.BusyMarksMs = d.WakeMs/n, d.BusyClaimMs/n, d.BusyProduceMs/n, d.BusyMarksMs/n
+			d.ClaimMs, d.BuildMs, d.BrokerMs = d.ClaimMs/n, d.BuildMs/n, d.BrokerMs/n
+		}
+	}
+	return all, slow
 }
 
 // claimSpan is one claim statement of a relay (start and end).
@@ -297,9 +433,12 @@ type SustainResult struct {
 	WriterTxP50Ms float64 `json:"writer_tx_p50_ms"`
 	WriterTxP99Ms float64 `json:"writer_tx_p99_ms"`
 	// The steps of commit→ack (see Result.LatencySteps).
-	LatencySteps     Breakdown       `json:"latency_steps"`
-	LatencySlowSteps Breakdown       `json:"latency_p99_steps"`
-	Minutes          []SustainMinute `json:"minutes"`
+	LatencySteps     Breakdown `json:"latency_steps"`
+	LatencySlowSteps Breakdown `json:"latency_p99_steps"`
+	// The same split by what the relay was doing (see Detail).
+	LatencyDetail     Detail          `json:"latency_detail"`
+	LatencySlowDetail Detail          `json:"latency_p99_detail"`
+	Minutes           []SustainMinute `json:"minutes"`
 }
 
 // SustainMinute is one minute of a sustained run.
@@ -408,6 +547,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 		cmu.Unlock()
 		lat.claimed(d)
 	}
+	rc.CycleObserver = lat.cycled
 	runCtx, stop := context.WithCancel(ctx)
 	var relays sync.WaitGroup
 	var pools []*pgxpool.Pool
@@ -493,6 +633,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	res.Events, res.AchievedRate = lr.events, lr.achieved
 	_, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	res.LatencySteps, res.LatencySlowSteps = lat.breakdown()
+	res.LatencyDetail, res.LatencySlowDetail = lat.detail()
 	res.DeadTuplesAtEnd = deadTuples(ctx, pool)
 	all := make([]float64, len(txs))
 	for i, t := range txs {

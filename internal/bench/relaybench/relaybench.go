@@ -84,6 +84,16 @@ type Result struct {
 	// ack, averaged over every event and over those at or above the p99.
 	LatencySteps     Breakdown `json:"latency_steps"`
 	LatencySlowSteps Breakdown `json:"latency_p99_steps"`
+	// LatencyDetail and LatencySlowDetail split it by what the relay was
+	// doing meanwhile (see Detail).
+	LatencyDetail     Detail `json:"latency_detail"`
+	LatencySlowDetail Detail `json:"latency_p99_detail"`
+	// The relays' produce requests while latencies were tracked: how many,
+	// and their round trip (written to the response read) p50/p99/max.
+	ProduceRequests     int     `json:"latency_produce_requests"`
+	ProduceRequestP50Ms float64 `json:"latency_produce_request_p50_ms"`
+	ProduceRequestP99Ms float64 `json:"latency_produce_request_p99_ms"`
+	ProduceRequestMaxMs float64 `json:"latency_produce_request_max_ms"`
 	// CeilingClaimMark is the one-statement claim+mark (claim NEW rows of
 	// the topic in seq order with SKIP LOCKED and mark them SENT, no
 	// payload returned, no lease or order check), measured on a backlog of
@@ -128,6 +138,15 @@ func (a *acks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		if m, err := contract.Decode(r); err == nil {
 			l.acked(m.DedupID, time.Now())
 		}
+	}
+}
+
+// OnBrokerE2E records the round trip of each produce request (write to
+// response read) while latencies are tracked: the broker's own share of
+// commit→ack, on the relay's connection.
+func (a *acks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if l := a.lat; l != nil && key == 0 && e2e.Err() == nil {
+		l.produceRequest(e2e.DurationE2E())
 	}
 }
 
@@ -236,6 +255,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	claims := &durations{}
 	rc := cfg
 	rc.ClaimObserver = func(d time.Duration, _ int) { claims.add(d); lat.claimed(d) }
+	rc.CycleObserver = lat.cycled
 	hook.topic.Store(&topic)
 	runCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
@@ -309,6 +329,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.LatencyAchieved = lr.achieved
 	res.LatencyEvents, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	res.LatencySteps, res.LatencySlowSteps = lat.breakdown()
+	res.LatencyDetail, res.LatencySlowDetail = lat.detail()
+	res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs = lat.produceRequests()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
 }

@@ -40,6 +40,50 @@ func TestRunMeasuresAndVerifies(t *testing.T) {
 	if res.LatencyEvents != 400 || res.LatencyAchieved <= 0 || res.LatencyP99Ms <= 0 {
 		t.Fatalf("latency run: %d events matched (want 400), achieved %.0f/s, p99 %.1f ms", res.LatencyEvents, res.LatencyAchieved, res.LatencyP99Ms)
 	}
+	d := res.LatencyDetail
+	if d.Events != 400 || d.ClaimMs <= 0 || d.BrokerMs <= 0 || res.ProduceRequests == 0 || res.ProduceRequestP99Ms <= 0 {
+		t.Fatalf("latency by relay state: %+v; %d produce requests, p99 %.1f ms", d, res.ProduceRequests, res.ProduceRequestP99Ms)
+	}
+	if sum := d.WakeMs + d.BusyClaimMs + d.BusyProduceMs + d.BusyMarksMs + d.ClaimMs + d.BuildMs + d.BrokerMs; sum > res.LatencyMaxMs {
+		t.Fatalf("the parts of the mean commit→ack add up to %.1f ms, above the slowest event's %.1f ms: %+v", sum, res.LatencyMaxMs, d)
+	}
+}
+
+// The split by relay state charges each part of an event's wait to what the
+// relay was doing then: idle (waiting for the NOTIFY), another cycle's
+// claim, produce or wait for marks, then its own claim, build and ack.
+func TestDetailChargesWhatTheRelayWasDoing(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	l := newLatencies()
+	l.setActive(true)
+	// Cycle 1: idle from 0, claims 1–3, produced at 3.5, acked at 7, its
+	// previous marks settled at 8. Cycle 2 follows at once (no idle): claims
+	// 8–10, produced at 10.5, acked at 12.
+	l.cycled(relay.CycleTimes{IdleFrom: at(0), ClaimStart: at(1), ClaimEnd: at(3), Produced: at(3.5), Acked: at(7), Settled: at(8), Rows: 1})
+	l.cycled(relay.CycleTimes{ClaimStart: at(8), ClaimEnd: at(10), Produced: at(10.5), Acked: at(12), Settled: at(12), Rows: 1})
+	// Event a commits at 0.5 (idle) and is acked at 7 by cycle 1; event b
+	// commits at 5 (cycle 1 producing) and is acked at 12 by cycle 2.
+	l.commit([]string{"a"}, at(0.5))
+	l.acked("a", at(7))
+	l.commit([]string{"b"}, at(5))
+	l.acked("b", at(12))
+	all, _ := l.detail()
+	const eps = 0.01
+	want := Detail{Events: 2, WakeMs: 0.5 / 2, BusyProduceMs: 2.0 / 2, BusyMarksMs: 1.0 / 2, ClaimMs: (2 + 2) / 2.0, BuildMs: (0.5 + 0.5) / 2, BrokerMs: (3.5 + 1.5) / 2}
+	got := all
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{{"wake", got.WakeMs, want.WakeMs}, {"busy claim", got.BusyClaimMs, 0}, {"busy produce", got.BusyProduceMs, want.BusyProduceMs},
+		{"busy marks", got.BusyMarksMs, want.BusyMarksMs}, {"claim", got.ClaimMs, want.ClaimMs}, {"build", got.BuildMs, want.BuildMs}, {"broker", got.BrokerMs, want.BrokerMs}} {
+		if c.got < c.want-eps || c.got > c.want+eps {
+			t.Errorf("%s: %.3f ms, want %.3f (all: %+v)", c.name, c.got, c.want, got)
+		}
+	}
+	if got.Events != 2 {
+		t.Errorf("%d events matched, want 2", got.Events)
+	}
 }
 
 // With RelaysFirst, replicas spread the lanes before the backlog is
