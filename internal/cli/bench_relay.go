@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -40,7 +41,8 @@ from the backlog's commit and not from the replicas' hand-over at start.
 
 With --sustain DURATION it instead offers --rate events/s (default 8
 writers, 10 events per transaction) for DURATION with the relay running and
-prints latency, the achieved rate and the claim's p99 minute by minute;
+prints latency, the achieved rate and the claim's p99 minute by minute
+(the pool is then --writers + 16 connections unless --db-conns is given);
 --hold-xmin keeps a transaction open in another session meanwhile (the
 xmin horizon is pinned, so vacuum cannot clean what the relay marks).
 
@@ -60,7 +62,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	duration := c.Flags().Duration("rate-duration", 10*time.Second, "length of the latency run")
 	replicas := c.Flags().Int("replicas", 1, "relay replicas in this process (each with its own Kafka client and connection pool)")
 	relaysFirst := c.Flags().Bool("relays-first", false, "start the relays before writing the backlog, and write it once they have spread the lanes (times the drain without the replicas' hand-over at start)")
-	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size")
+	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size (with --sustain: --writers + 16 unless set)")
 	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
 	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
@@ -74,6 +76,15 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		}
 		if *relaysFirst && *sustain > 0 {
 			return UsageErrorf("--relays-first is for the drain (--sustain always starts the relays before its load)")
+		}
+		if *sustain > 0 && !cmd.Flags().Changed("db-conns") {
+			// The sustained load's writers and the relay share this pool, and
+			// the relay keeps two connections for its LISTENs besides its
+			// claim, marks and lease. With 10, the 8 writers waited for a free
+			// connection inside their timed transactions (p50 15 ms against
+			// 6 ms with 24), fell behind the schedule and never offered
+			// 5,000 events/s: the run measured the pool, not the relay.
+			*conns = int32(cmp.Or(*writers, 8)) + 16
 		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {
