@@ -781,7 +781,11 @@ WHERE backend_type = 'autovacuum worker' AND datname = current_database()`
 		var write, sync float64
 		if pool.QueryRow(ctx, checkpointsSQL).Scan(&n, &write, &sync) == nil {
 			if ckpts >= 0 && n != ckpts {
-				progress(fmt.Sprintf("%s database: checkpoint completed (cluster totals so far: write %.1f s, sync %.1f s)", stamp(), write/1000, sync/1000))
+				// PostgreSQL counts a checkpoint when it starts, and a spread
+				// checkpoint then writes for minutes: saying "completed" here
+				// put a checkpoint's end where its start (and the full-page
+				// images that follow it) was.
+				progress(fmt.Sprintf("%s database: checkpoint started (cluster totals of the completed ones: write %.1f s, sync %.1f s)", stamp(), write/1000, sync/1000))
 			}
 			ckpts = n
 		}
