@@ -84,7 +84,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			// connection inside their timed transactions (p50 15 ms against
 			// 6 ms with 24), fell behind the schedule and never offered
 			// 5,000 events/s: the run measured the pool, not the relay.
-			*conns = int32(cmp.Or(*writers, 8)) + 16
+			*conns = int32(cmp.Or(*writers, relaybench.SustainWriters)) + 16
 		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {

@@ -390,11 +390,15 @@ func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids [
 	return committed, float64(committed) / max(elapsed, ld.Duration).Seconds(), nil
 }
 
+// SustainWriters is the sustained load's default number of writers (the CLI
+// sizes the bench's pool from it, so the two cannot drift apart).
+const SustainWriters = 8
+
 // SustainOptions configures Sustain.
 type SustainOptions struct {
 	Duration   time.Duration // default 10m
 	Rate       int           // offered events/s (default 5000)
-	Writers    int           // default 8
+	Writers    int           // default SustainWriters
 	TxEvents   int           // events per transaction (default 10)
 	Assets     int           // default 1000
 	Partitions int32         // default 6
@@ -468,7 +472,7 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	cfg = cfg.WithDefaults()
 	o.Duration = cmp.Or(o.Duration, 10*time.Minute)
 	o.Rate = cmp.Or(o.Rate, 5000)
-	o.Writers = cmp.Or(o.Writers, 8)
+	o.Writers = cmp.Or(o.Writers, SustainWriters)
 	o.TxEvents = cmp.Or(o.TxEvents, 10)
 	o.Assets = cmp.Or(o.Assets, 1000)
 	o.Partitions = cmp.Or(o.Partitions, 6)
