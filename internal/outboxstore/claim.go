@@ -192,6 +192,11 @@ type ClaimParams struct {
 	// Claim); for a claim expected to return a handful of rows. FreshPlan
 	// wins over it.
 	GenericPlan bool
+	// InflightFloor, when set, receives bridge.relay_inflight_floor() read
+	// just before the claim's snapshot (same round trip): every seq a
+	// writer still in flight holds or will draw is above it (migration
+	// 00160). A floor taken from the claim must be capped at it.
+	InflightFloor *int64
 }
 
 // genericPlanSQL makes the claim sent after it in the same batch (one
@@ -244,18 +249,38 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Claimed, bool, error) 
 		ackedKeys, ackedSeqs}
 	var rows pgx.Rows
 	var err error
-	if p.GenericPlan && !p.FreshPlan {
+	if p.FreshPlan {
+		// A batch runs in the connection's default mode, so the read of
+		// the in-flight floor takes its own round trip here (rare: only
+		// while the statistics describe a small or stale table).
+		if p.InflightFloor != nil {
+			if err := db.QueryRow(ctx, inflightFloorSQL).Scan(p.InflightFloor); err != nil {
+				return nil, false, fmt.Errorf("claim outbox rows: read the in-flight floor: %w", err)
+			}
+		}
+		rows, err = db.Query(ctx, claimSQL, append([]any{mode}, args...)...)
+	} else {
 		b := &pgx.Batch{}
-		b.Queue(genericPlanSQL)
+		if p.InflightFloor != nil {
+			b.Queue(inflightFloorSQL)
+		}
+		if p.GenericPlan {
+			b.Queue(genericPlanSQL)
+		}
 		b.Queue(claimSQL, args...)
 		br := db.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return nil, false, fmt.Errorf("claim outbox rows: plan it generically: %w", err)
+		if p.InflightFloor != nil {
+			if err := br.QueryRow().Scan(p.InflightFloor); err != nil {
+				return nil, false, fmt.Errorf("claim outbox rows: read the in-flight floor: %w", err)
+			}
+		}
+		if p.GenericPlan {
+			if _, err := br.Exec(); err != nil {
+				return nil, false, fmt.Errorf("claim outbox rows: plan it generically: %w", err)
+			}
 		}
 		rows, err = br.Query()
-	} else {
-		rows, err = db.Query(ctx, claimSQL, append([]any{mode}, args...)...)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("claim outbox rows: %w", err)

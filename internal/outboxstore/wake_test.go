@@ -3,6 +3,7 @@ package outboxstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +133,163 @@ func TestWakeUpsCarryTheLowestSeqThatBecameNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("wake_relays(NULL)", next())
+}
+
+// TestCommitsNotifyOnlyRelaysThatWait: a commit's notification is what made
+// writers queue behind one another (migration 00160), so a commit skips it
+// while a relay says it is busy and none says it waits — and only then. A
+// relay going to wait first waits for the commits that skipped it to be
+// visible, and the floor it may scan from stays below every seq a writer in
+// flight holds.
+func TestCommitsNotifyOnlyRelaysThatWait(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	ctx := t.Context()
+	connect := func() *pgx.Conn {
+		c, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	listener := connect()
+	if _, err := listener.Exec(ctx, `LISTEN bridge_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	// One reader for the whole test: pgx closes a connection whose wait
+	// for a notification is cancelled, and a closed listener hears nothing.
+	payloads := make(chan string, 100)
+	go func() {
+		for {
+			n, err := listener.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			payloads <- n.Payload
+		}
+	}()
+	// notified returns the payloads heard until none came for 300 ms.
+	notified := func() []string {
+		var got []string
+		for {
+			select {
+			case p := <-payloads:
+				got = append(got, p)
+			case <-time.After(300 * time.Millisecond):
+				return got
+			}
+		}
+	}
+	insert := func(q pgx.Tx) int64 {
+		var id uuid.UUID
+		var seq int64
+		// One asset each: a writer in flight holds its asset's counter.
+		if err := q.QueryRow(ctx, `SELECT bridge.enqueue('t', gen_random_uuid()::text, 'e', '{}')`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.QueryRow(ctx, `SELECT seq FROM bridge.outbox WHERE id = $1`, id).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	commitOne := func() int64 {
+		var seq int64
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { seq = insert(tx); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	want := func(what string, got []string, seqs ...int64) {
+		t.Helper()
+		var w []string
+		for _, s := range seqs {
+			w = append(w, strconv.FormatInt(s, 10))
+		}
+		if strings.Join(got, ",") != strings.Join(w, ",") {
+			t.Fatalf("%s: notifications %q, want %q", what, got, w)
+		}
+	}
+
+	var seq int64
+	relay := connect()
+	if err := RelayBusy(ctx, relay); err != nil {
+		t.Fatal(err)
+	}
+	commitOne()
+	want("a commit while the only relay is busy", notified())
+
+	if settled, err := RelayWaiting(ctx, relay, time.Second, true); err != nil || !settled {
+		t.Fatalf("RelayWaiting = %v, %v; want true", settled, err)
+	}
+	seq = commitOne()
+	want("a commit while the relay waits", notified(), seq)
+
+	other := connect()
+	if err := RelayBusy(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	seq = commitOne()
+	want("a commit while one relay waits and another is busy", notified(), seq)
+
+	if err := RelayBusyAgain(ctx, relay); err != nil {
+		t.Fatal(err)
+	}
+	commitOne()
+	want("a commit while both relays are busy", notified())
+
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	commitOne()
+	want("a commit while the one relay left is busy", notified())
+	if err := relay.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seq = commitOne()
+	want("a commit after every relay's connection closed", notified(), seq)
+
+	// The gate: a writer that decided not to notify holds it until its
+	// commit is visible. This one's decision runs early (its deferred
+	// trigger made immediate), so it holds the gate while its transaction
+	// stays open, and a relay going to wait must see that.
+	relay = connect()
+	if err := RelayBusy(ctx, relay); err != nil {
+		t.Fatal(err)
+	}
+	var floorBefore, inflightFloor, lateSeq int64
+	if err := db.Pool.QueryRow(ctx, inflightFloorSQL).Scan(&floorBefore); err != nil {
+		t.Fatal(err)
+	}
+	late, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(context.Background())
+	if _, err := late.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	lateSeq = insert(late)
+	later := commitOne()
+	if err := db.Pool.QueryRow(ctx, inflightFloorSQL).Scan(&inflightFloor); err != nil {
+		t.Fatal(err)
+	}
+	if inflightFloor >= lateSeq || inflightFloor < floorBefore {
+		t.Fatalf("in-flight floor %d with seq %d in flight (floor before it %d): want in [%d, %d)", inflightFloor, lateSeq, floorBefore, floorBefore, lateSeq)
+	}
+	if settled, err := RelayWaiting(ctx, relay, 50*time.Millisecond, true); err != nil || settled {
+		t.Fatalf("RelayWaiting beside a writer that skipped its notification = %v, %v; want false (timed out)", settled, err)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if settled, err := RelayGate(ctx, relay, time.Second); err != nil || !settled {
+		t.Fatalf("RelayGate after that writer committed = %v, %v; want true", settled, err)
+	}
+	if err := db.Pool.QueryRow(ctx, inflightFloorSQL).Scan(&inflightFloor); err != nil {
+		t.Fatal(err)
+	}
+	if inflightFloor < later {
+		t.Fatalf("in-flight floor %d with nothing in flight: want the sequence's position, at least %d", inflightFloor, later)
+	}
+	want("the late writer (decided while the relay was busy)", notified())
 }

@@ -45,6 +45,17 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
 	}
 	started := time.Now()
+	// Raising the floor needs the in-flight floor, a read of pg_locks
+	// (~0.4 ms, and it holds every lock-manager partition meanwhile: each
+	// writer's xid lock waits for it). Busy, the relay claims 100–250 times
+	// a second; raised at most every floorRaiseEvery, the floor trails by
+	// the rows marked meanwhile (a few hundred index entries at 5,000/s).
+	raiseFloor := fromFloor && time.Since(r.floorRaisedAt) >= floorRaiseEvery
+	inflightFloor := int64(math.MaxInt64)
+	var readInflight *int64
+	if raiseFloor {
+		readInflight = &inflightFloor
+	}
 	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
 		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
 		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
@@ -54,7 +65,8 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 		// (the resume cursor is set) keeps a plan made for its parameters:
 		// the generic plan cannot know that LIMIT $2 stops the index walk
 		// early.
-		GenericPlan: r.cursor == 0,
+		GenericPlan:   r.cursor == 0,
+		InflightFloor: readInflight,
 	})
 	if err != nil {
 		return nil, false, err
@@ -66,12 +78,16 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	if took > slowClaim {
 		r.wantStats() // a plan made on statistics that say "empty" is one cause
 	}
-	if fromFloor && len(claimed) > 0 {
+	if raiseFloor && len(claimed) > 0 {
+		r.floorRaisedAt = started
 		// Nothing of these lanes is NEW below the lowest NEW row this
-		// snapshot saw. Rows becoming NEW below it since (a late commit, a
-		// replay) are in r.lowered and apply to the next claim. An empty
+		// snapshot saw, and no transaction still in flight holds a seq
+		// below the in-flight floor read just before it (migration 00160):
+		// commits skip their notification while this relay is busy, so a
+		// late commit cannot be the one to lower the floor. Rows replayed
+		// below it are in r.lowered and apply to the next claim. An empty
 		// claim keeps the old floor: lower than needed, never too high.
-		r.floor = claimed[0].FloorSeq - 1
+		r.floor = min(claimed[0].FloorSeq-1, inflightFloor)
 	}
 	if !more {
 		r.cursor = 0 // caught up: the next claim starts from the floor
@@ -81,6 +97,9 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([
 	}
 	return claimed, more, nil
 }
+
+// floorRaiseEvery: how often at most a claim raises the floor (see claim).
+const floorRaiseEvery = 25 * time.Millisecond
 
 // slowClaim: a claim slower than this makes the relay check the outbox's
 // planner statistics (a claim of 1,000 rows takes 2–20 ms on a sound plan).

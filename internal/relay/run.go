@@ -40,7 +40,10 @@ type Relay struct {
 	floor         int64
 	floorLanes    []int
 	lastFloorScan time.Time
+	floorRaisedAt time.Time
 	lowered       atomic.Int64
+	// wake tells the writers whether this relay needs their notifications.
+	wake *wakeState
 	// fenceWarned: when the claim last warned that the leases were late.
 	fenceWarned time.Time
 	// unchargedRetryUsed: a batch where nothing got through while a broker
@@ -83,6 +86,7 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 
 		statsWanted: make(chan struct{}, 1),
 	}
+	r.wake = newWakeState(pool, cfg.Logger, min(cfg.PollInterval, wakeGateTimeout))
 	r.lowered.Store(math.MaxInt64)
 	r.freshPlans.Store(true)
 	return r
@@ -151,11 +155,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.lanes.releaseSurplus(ctx)
 		}
 		owned := r.lanes.Owned()
-		full := false
+		full, found := false, false
 		if len(owned) > 0 {
 			cycleStarted := time.Now()
 			res, next, err := r.cycle(work, owned, inflight)
 			if errors.Is(err, errSimulatedCrash) {
+				r.wake.close() // a dead process's connections close
 				return err
 			}
 			prev, waitStarted := inflight, time.Now()
@@ -191,15 +196,28 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
 			default:
-				full = res.more
+				full, found = res.more, next != nil
 			}
 		}
 		if ctx.Err() != nil {
 			settle()
 			return r.shutdown(ctx)
 		}
-		if full {
-			continue // more is waiting: no need to wait for a NOTIFY
+		if full || found {
+			// More is waiting, or rows went out and more are likely
+			// committing now: claim again at once, no need to wait for a
+			// NOTIFY. While this relay does, commits skip their
+			// notification (see wakeState): notifying commits wait for one
+			// another, WAL flush included.
+			r.wake.busy(ctx)
+			continue
+		}
+		if !r.wake.readyToBlock() {
+			// Nothing went out. Say so to the writers and wait for the
+			// commits that skipped their notification to be visible; the
+			// claim after that sees all of them.
+			r.wake.wait(ctx)
+			continue
 		}
 		// Wait for the next NOTIFY while the last batch's marks are still
 		// being written, as a drain's next claim does: an event that
@@ -247,6 +265,7 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 	if errors.Is(context.Cause(runCtx), errSimulatedCrash) {
 		return errSimulatedCrash // a dead process releases nothing
 	}
+	r.wake.close()
 	ctx, cancel := context.WithTimeout(context.Background(), database.QueryTimeout)
 	defer cancel()
 	r.lanes.releaseAll(ctx)
