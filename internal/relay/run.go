@@ -155,7 +155,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.lanes.releaseSurplus(ctx)
 		}
 		owned := r.lanes.Owned()
-		full, found := false, false
+		full, found, claimed := false, false, 0
 		if len(owned) > 0 {
 			cycleStarted := time.Now()
 			res, next, err := r.cycle(work, owned, inflight)
@@ -196,16 +196,16 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
 			default:
-				full, found = res.more, next != nil
+				full, found, claimed = res.more, next != nil, res.claimed
 			}
 		}
 		if ctx.Err() != nil {
 			settle()
 			return r.shutdown(ctx)
 		}
-		if full || found {
-			// More is waiting, or rows went out and more are likely
-			// committing now: claim again at once, no need to wait for a
+		if full || (found && (r.wake.isBusy() || claimed >= busyFromRows)) {
+			// More is waiting, or rows went out under a load that keeps
+			// more committing: claim again at once, no need to wait for a
 			// NOTIFY. While this relay does, commits skip their
 			// notification (see wakeState): notifying commits wait for one
 			// another, WAL flush included.
@@ -236,6 +236,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// busyFromRows: a waiting relay turns busy (claims again at once, and
+// commits stop notifying it) when a claim finds at least this many rows.
+// Below it the load is light enough for one notification per commit — at
+// 1,000 events/s in transactions of 3 a claim finds 3–9 rows — and there
+// busy claiming cost more than it saved: every wake-up then ended with an
+// empty claim, the wait for the gate and a last claim, and the commit→ack
+// p99 went from 8.5 to 14.8 ms. At 5,000/s in transactions of 10 claims
+// find 25–100 rows.
+const busyFromRows = 16
 
 // waitForWork blocks until a NOTIFY, a change of lanes or the poll interval
 // says to claim again; it returns false when ctx is done. A settlement that

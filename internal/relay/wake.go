@@ -72,6 +72,13 @@ func (w *wakeState) readyToBlock() bool {
 	return w.unavailable || (w.held == holdsWaiting && w.settled)
 }
 
+// isBusy reports whether the relay holds BUSY.
+func (w *wakeState) isBusy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held == holdsBusy
+}
+
 // busy is called after a cycle that found work: the relay claims again at
 // once.
 func (w *wakeState) busy(ctx context.Context) {
