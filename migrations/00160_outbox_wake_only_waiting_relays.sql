@@ -23,12 +23,13 @@
 --
 --    The race it must not lose: a writer sees "busy", the relay then finds
 --    nothing and goes to wait, and the writer's rows become visible after the
---    relay's last claim, with no notification. So a writer that decides not
---    to notify first takes GATE shared (transaction-level: released only
---    after its commit is visible), and a relay going to wait takes WAITING,
---    drops BUSY, then takes and drops GATE exclusively — waiting for every
---    such writer to be visible — before its last claim. A writer that finds
---    GATE taken or asked for (a relay is going to wait) notifies.
+--    relay's last claim, with no notification. So a writer about to skip its
+--    notification takes GATE shared (transaction-level: released only after
+--    its commit is visible) and then checks again that no relay waits; a
+--    relay going to wait takes WAITING, drops BUSY, then takes and drops GATE
+--    exclusively — waiting for every such writer to be visible — before its
+--    last claim. A writer that finds GATE taken or asked for (a relay is
+--    going to wait), or a relay waiting on its second look, notifies.
 --
 -- 2. Telling relays that rows became NEW below their scan floor (migration
 --    00090): a transaction that took its seq before a relay's floor passed it
@@ -113,12 +114,20 @@ $$;
 CREATE FUNCTION bridge.outbox_wake_on_commit() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-  IF pg_try_advisory_xact_lock_shared(x'6F410000'::int, 3) THEN -- no relay is going to wait
-    IF pg_try_advisory_lock(x'6F410000'::int, 2) THEN -- no relay waits
-      PERFORM pg_advisory_unlock(x'6F410000'::int, 2);
-      IF NOT pg_try_advisory_lock(x'6F410000'::int, 1) THEN
-        RETURN NULL; -- a relay is busy: it claims again after this commit is visible
+  IF pg_try_advisory_lock(x'6F410000'::int, 2) THEN -- no relay waits
+    PERFORM pg_advisory_unlock(x'6F410000'::int, 2);
+    IF NOT pg_try_advisory_lock(x'6F410000'::int, 1) THEN -- a relay is busy
+      -- Skip the notification, unless a relay starts to wait meanwhile:
+      -- hold GATE (a relay going to wait takes WAITING, then passes GATE
+      -- only once this commit is visible), then look again. GATE is taken
+      -- only here: a notifying commit that held it would keep a relay at
+      -- its gate for as long as that commit queues for the notify lock.
+      IF pg_try_advisory_xact_lock_shared(x'6F410000'::int, 3)
+         AND pg_try_advisory_lock(x'6F410000'::int, 2) THEN
+        PERFORM pg_advisory_unlock(x'6F410000'::int, 2);
+        RETURN NULL; -- the busy relay claims again after this commit is visible
       END IF;
+    ELSE
       PERFORM pg_advisory_unlock(x'6F410000'::int, 1); -- no relay at all
     END IF;
   END IF;

@@ -28,9 +28,10 @@ type wakeState struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	// gate bounds each wait for the commits that skipped their
-	// notification; when it times out (a writer whose deferred trigger ran
-	// early and that holds the gate while it works on), the relay claims
-	// and waits again, so such rows wait at most about this long.
+	// notification; when it times out (a slow commit, or a writer whose
+	// deferred trigger ran early and that holds the gate while it works
+	// on), the relay claims and waits again, so such rows wait at most
+	// about this long.
 	gate time.Duration
 
 	mu      sync.Mutex
@@ -54,10 +55,12 @@ const (
 
 // wakeGateTimeout bounds one wait for the commits that skipped their
 // notification (capped at the poll interval). They hold the gate from their
-// commit's start until it is visible, a WAL flush; longer only when a
-// writer's deferred triggers ran before its commit (SET CONSTRAINTS …
-// IMMEDIATE).
-const wakeGateTimeout = 100 * time.Millisecond
+// commit's start until it is visible, one WAL flush — but on a machine
+// short of CPU a flush sometimes takes 100 ms and more, and meanwhile the
+// relay claims nothing, not even the rows of commits that did notify it. A
+// wait that times out is followed by a claim and another wait, so the
+// relay claims at least this often while it is at the gate.
+const wakeGateTimeout = 20 * time.Millisecond
 
 func newWakeState(pool *pgxpool.Pool, log *slog.Logger, gate time.Duration) *wakeState {
 	return &wakeState{pool: pool, log: log, gate: gate}
