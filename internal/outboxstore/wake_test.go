@@ -159,15 +159,21 @@ func TestCommitsNotifyOnlyRelaysThatWait(t *testing.T) {
 	// One reader for the whole test: pgx closes a connection whose wait
 	// for a notification is cancelled, and a closed listener hears nothing.
 	payloads := make(chan string, 100)
+	readCtx, stopReading := context.WithCancel(ctx)
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		for {
-			n, err := listener.WaitForNotification(ctx)
+			n, err := listener.WaitForNotification(readCtx)
 			if err != nil {
 				return
 			}
 			payloads <- n.Payload
 		}
 	}()
+	// Registered after connect's Close, so it runs before it: the reader
+	// must be gone before the connection is closed under it.
+	t.Cleanup(func() { stopReading(); <-stopped })
 	// notified returns the payloads heard until none came for 300 ms.
 	notified := func() []string {
 		var got []string
