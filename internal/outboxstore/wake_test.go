@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 // TestWakeUpsCarryTheLowestSeqThatBecameNew: the relay's claim starts at the
@@ -205,6 +206,23 @@ func TestCommitsNotifyOnlyRelaysThatWait(t *testing.T) {
 		}
 		return seq
 	}
+	// closeRelay closes a relay's connection and waits until its backend
+	// has let go of its locks: the server ends a closed session after the
+	// client has gone, and a commit in between still sees the relay busy.
+	closeRelay := func(c *pgx.Conn) {
+		t.Helper()
+		pid := c.PgConn().PID()
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 10*time.Second, func() string {
+			var holds bool
+			if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = $1 AND locktype = 'advisory')`, pid).Scan(&holds); err != nil {
+				return err.Error()
+			}
+			return testkit.Unless(!holds, "backend %d still holds advisory locks after its connection closed", pid)
+		})
+	}
 	want := func(what string, got []string, seqs ...int64) {
 		t.Helper()
 		var w []string
@@ -243,14 +261,10 @@ func TestCommitsNotifyOnlyRelaysThatWait(t *testing.T) {
 	commitOne()
 	want("a commit while both relays are busy", notified())
 
-	if err := other.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	closeRelay(other)
 	commitOne()
 	want("a commit while the one relay left is busy", notified())
-	if err := relay.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	closeRelay(relay)
 	seq = commitOne()
 	want("a commit after every relay's connection closed", notified(), seq)
 
