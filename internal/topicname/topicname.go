@@ -14,8 +14,9 @@ import (
 // Problem says what is wrong with a topic name, or "" when Kafka accepts
 // it. The rules are Kafka's (1–249 characters of [a-zA-Z0-9._-], not "." or
 // ".."), plus its internal prefix "__"; the SQL function
-// bridge.topic_name_problem (the baseline migration) is the same check for
-// callers of bridge.enqueue, and its messages match these.
+// bridge.topic_name_problem (the baseline migration; PL/pgSQL since
+// migration 00170) is the same check for callers of bridge.enqueue, and its
+// messages match these.
 func Problem(topic string) string {
 	switch {
 	case topic == "":
