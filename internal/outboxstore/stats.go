@@ -3,6 +3,8 @@ package outboxstore
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The planner's statistics on bridge.outbox. The claim's plan depends on them:
@@ -54,12 +56,37 @@ func ReadOutboxStats(ctx context.Context, db DB) (OutboxStats, error) {
 	return s, nil
 }
 
-// AnalyzeOutbox refreshes bridge.outbox's planner statistics (a sample of
-// 30,000 rows by default, whatever the table's size; plans cached by any
-// session are replanned afterwards).
-func AnalyzeOutbox(ctx context.Context, db DB) error {
-	if _, err := db.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
-		return fmt.Errorf("analyze bridge.outbox: %w", err)
-	}
-	return nil
+// analyzeLockSQL serialises the relays' ANALYZEs of bridge.outbox: the key
+// is in the relays' advisory-lock class (x'6F41', migration 00160 uses
+// 1–3). Replicas whose claims meet the same backlog find the same stale
+// statistics within milliseconds of each other, and each used to ANALYZE:
+// three replicas ran three ANALYZEs of the same table in one 3-second
+// drain, each a 30,000-row sample and a replan of every session's cached
+// claim, and together drained 4% slower than one relay alone.
+const analyzeLockSQL = `SELECT pg_advisory_xact_lock(x'6F410000'::int, 4)`
+
+// AnalyzeOutboxIfStale refreshes bridge.outbox's planner statistics (a
+// sample of 30,000 rows by default, whatever the table's size; plans cached
+// by any session are replanned afterwards) unless another session refreshed
+// them meanwhile: it waits for any ANALYZE another relay is running, reads
+// the statistics again and analyzes only if they are still stale. It says
+// whether it analyzed.
+func AnalyzeOutboxIfStale(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) (analyzed bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, analyzeLockSQL); err != nil {
+			return fmt.Errorf("wait for another relay's analyze of bridge.outbox: %w", err)
+		}
+		st, err := ReadOutboxStats(ctx, tx)
+		if err != nil || !st.Stale {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
+			return fmt.Errorf("analyze bridge.outbox: %w", err)
+		}
+		analyzed = true
+		return nil
+	})
+	return analyzed, err
 }

@@ -391,15 +391,21 @@ func (r *Relay) refreshStats(ctx context.Context) {
 					"rows_in_statistics", st.Rows)
 			}
 		default:
+			// Several replicas meet a backlog at once: one of them
+			// analyzes, the others wait for it and find the statistics
+			// fresh (see AnalyzeOutboxIfStale).
 			started := time.Now()
-			if err := outboxstore.AnalyzeOutbox(qctx, r.pool); err != nil {
+			analyzed, err := outboxstore.AnalyzeOutboxIfStale(qctx, r.pool)
+			if err != nil {
 				if !service.Stopping(ctx, err) {
 					r.log.WarnContext(ctx, "refresh stale bridge.outbox statistics", "error", err)
 				}
 				break
 			}
-			r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
-				"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
+			if analyzed {
+				r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
+					"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
+			}
 			if now, err := outboxstore.ReadOutboxStats(qctx, r.pool); err == nil {
 				r.planFreshWhile(now, true)
 			}
