@@ -54,7 +54,11 @@ func TestAnalyzeOutboxIfStaleLeavesAnAnalyzeInProgressToItsRelay(t *testing.T) {
 	}()
 	testkit.Eventually(t, 10*time.Second, func() string {
 		var waiting bool
-		if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = 4 AND objsubid = 2)`).Scan(&waiting); err != nil {
+		if err := db.Pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_locks
+               WHERE locktype = 'advisory' AND NOT granted
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                 AND classid = x'6F410000'::int::oid AND objid = 4 AND objsubid = 2)`).Scan(&waiting); err != nil {
 			return err.Error()
 		}
 		return testkit.Unless(waiting, "the second relay waits for the first one's analyze")
