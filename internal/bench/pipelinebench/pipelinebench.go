@@ -302,6 +302,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		"HTTP_ADDR=off",
 		"WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8",
 		"WEBHOOK_ALLOW_HTTP=true",
+		// The bench wrote its scratch subscriptions' secrets in plain text
+		// (the store above has no key ring): the bridge reads them as they
+		// are, and without this it would refuse to start unless the
+		// caller's environment happened to carry BRIDGE_SECRET_KEYS.
+		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
 		"LOG_LEVEL=" + cmp.Or(os.Getenv("LOG_LEVEL"), "warn"),
 	})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
