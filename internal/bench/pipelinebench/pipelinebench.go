@@ -637,8 +637,16 @@ SELECT coalesce(minute, -1),
        count(DISTINCT sent_at), count(DISTINCT created_at), count(DISTINCT delivered_at)
 FROM w GROUP BY ROLLUP (minute)`
 
-// stageLatencies runs stageLatencySQL.
+// stageLatencies runs stageLatencySQL, on fresh statistics: the read-back
+// comes right after the load, and if autovacuum has not analyzed the tables
+// yet (it is behind, or off) the planner sees them as they were when they
+// were empty and joins every delivery to the outbox by nested loop — one
+// such read-back over a 5-minute run was still going after 10 minutes. The
+// tables are the bench's own (its scratch database), and the load is over.
 func stageLatencies(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([]minuteStages, error) {
+	if _, err := pool.Exec(ctx, "ANALYZE bridge.outbox, bridge.deliveries, bridge.delivery_attempts"); err != nil {
+		return nil, fmt.Errorf("analyze before the stage latencies: %w", err)
+	}
 	rows, err := pool.Query(ctx, stageLatencySQL, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("stage latencies: %w", err)
