@@ -12,6 +12,9 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 		"missing":     {"", "CONSUMER_TOPICS is required"},
 		"blank":       {" , ", `CONSUMER_TOPICS=" , " has an empty item`},
 		"bad pattern": {"orders,~assets.(", `CONSUMER_TOPICS="~assets.(" is not a valid regular expression`},
+		"bad topic":   {"orders,bad topic", `CONSUMER_TOPICS="bad topic" is not a valid Kafka topic name: only ASCII letters`},
+		"too long":    {strings.Repeat("x", 250), `is not a valid Kafka topic name: it is 250 characters long`},
+		"internal":    {"~orders,__consumer_offsets", `CONSUMER_TOPICS="__consumer_offsets" is not a valid Kafka topic name`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Nothing listens on port 1: reaching PostgreSQL or Kafka would
