@@ -71,6 +71,14 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"rate limit not a number", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*", "--rate-limit", "fast"}, "--rate-limit"},
 		{"zero burst", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*", "--rate-limit", "5", "--rate-burst", "0"}, "--rate-burst"},
 		{"burst alone on update", []string{"subscriptions", "update", unknown, "--rate-burst", "5"}, "--rate-burst"},
+		{"metadata address", []string{"subscriptions", "create", "--url", "https://169.254.169.254/latest", "--event-types", "*"}, "169.254.169.254, in 169.254.0.0/16 (link-local, cloud metadata)"},
+		{"loopback", []string{"subscriptions", "create", "--url", "https://127.0.0.1:8443/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8 (loopback)"},
+		{"ipv6 loopback", []string{"subscriptions", "create", "--url", "https://[::1]/", "--event-types", "*"}, "::1, in ::1/128 (loopback)"},
+		{"hex loopback", []string{"subscriptions", "create", "--url", "https://0x7f000001/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"decimal loopback", []string{"subscriptions", "create", "--url", "https://2130706433/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"short loopback", []string{"subscriptions", "create", "--url", "https://127.1/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"mapped loopback", []string{"subscriptions", "create", "--url", "https://[::ffff:127.0.0.1]/", "--event-types", "*"}, "IPv4-mapped"},
+		{"private on update", []string{"subscriptions", "update", unknown, "--url", "https://10.0.0.5/"}, "10.0.0.5, in 10.0.0.0/8 (private, RFC 1918)"},
 		{"missing id", []string{"subscriptions", "show"}, "accepts 1 arg"},
 		{"revive nothing", []string{"deliveries", "revive"}, "give delivery ids"},
 		{"revive sub without --dead", []string{"deliveries", "revive", "--subscription", unknown}, "--dead"},
@@ -146,5 +154,19 @@ func TestSubscriptionsCLILifecycle(t *testing.T) {
 	}
 	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.Join(strings.Fields(out), "") != `{"items":[]}` {
 		t.Errorf("list after delete: %s", out)
+	}
+}
+
+// WEBHOOK_ALLOWED_CIDRS, the dialer's exemptions, admit a literal address
+// at create time too (the demo and the tests' loopback receivers); a host
+// name is not resolved at create time (the dialer checks it).
+func TestSubscriptionsCLIAcceptsAllowedLiteralAddress(t *testing.T) {
+	webhookCLIEnv(t)
+	t.Setenv("WEBHOOK_ALLOW_HTTP", "true")
+	t.Setenv("WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8")
+	mustRunBridge(t, "subscriptions", "create", "--url", "http://127.0.0.1:9/hook", "--event-types", "*")
+	mustRunBridge(t, "subscriptions", "create", "--url", "http://localhost:9/hook", "--event-types", "*")
+	if code, _, errOut := runBridge(t, "subscriptions", "create", "--url", "http://[::1]:9/hook", "--event-types", "*"); code != ExitUsage || !strings.Contains(errOut, "::1") {
+		t.Errorf("[::1] outside WEBHOOK_ALLOWED_CIDRS: exit %d, stderr %q", code, errOut)
 	}
 }
