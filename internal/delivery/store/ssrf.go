@@ -121,7 +121,6 @@ func CheckAddr(addr netip.Addr, allowed []netip.Prefix) error {
 	return nil
 }
 
-
 // CheckURLHost refuses a URL whose host is a literal address the dialer
 // would refuse (CheckAddr, less the allowed prefixes): 169.254.169.254,
 // 127.0.0.1, [::1], [::ffff:127.0.0.1], and the numeric forms a resolver
