@@ -83,6 +83,7 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"revive nothing", []string{"deliveries", "revive"}, "give delivery ids"},
 		{"revive sub without --dead", []string{"deliveries", "revive", "--subscription", unknown}, "--dead"},
 		{"revive bad id", []string{"deliveries", "revive", "x1"}, "not a positive integer"},
+		{"revive unknown id", []string{"deliveries", "revive", "999999"}, "not found"},
 		{"revive unknown subscription", []string{"deliveries", "revive", "--subscription", unknown, "--dead"}, "not found"},
 		{"list bad status", []string{"deliveries", "list", "--status", "lost"}, "status"},
 		{"list bad cursor", []string{"deliveries", "list", "--cursor", "abc"}, "cursor"},
