@@ -55,6 +55,7 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"empty event types", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", ""}, "event-types must list at least one"},
 		{"blank event type", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "a,,b"}, "event-types"},
 		{"bad wildcard", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*.created"}, "event-types"},
+		{"control character", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "order\x1b[31m.created"}, "must not contain control characters"},
 		{"bad -o", []string{"subscriptions", "list", "-o", "yaml"}, "--output must be table or json"},
 		{"url too long", []string{"subscriptions", "create", "--url", "https://x.example/" + strings.Repeat("a", 10000), "--event-types", "*"}, "at most 2048"},
 		{"url port out of range", []string{"subscriptions", "create", "--url", "https://x.example:99999/", "--event-types", "*"}, "port 99999"},
