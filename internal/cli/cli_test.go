@@ -339,6 +339,14 @@ func TestCLIVersion(t *testing.T) {
 	if !want.MatchString(r.stdout) {
 		t.Errorf("stdout %q does not match %s", r.stdout, want)
 	}
+	r = bridge(t, nil, "version", "-o", "json")
+	var v struct {
+		Version       string `json:"version"`
+		SchemaVersion int64  `json:"schema_version"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != ExitOK || v.Version == "" || v.SchemaVersion != database.LatestVersion() {
+		t.Errorf("version -o json: exit %d %q (%v)", r.code, r.stdout, err)
+	}
 }
 
 const dbPassword = "N0t-In-Stderr-Pw"

@@ -469,9 +469,16 @@ func (c Webhook) validate() error {
 	if len(c.RetrySchedule) == 0 {
 		return fieldError("WEBHOOK_RETRY_SCHEDULE", "", "must list at least one duration")
 	}
-	for _, d := range c.RetrySchedule {
+	for i, d := range c.RetrySchedule {
 		if d < 0 {
-			return fieldError("WEBHOOK_RETRY_SCHEDULE", d.String(), "durations must not be negative")
+			// The whole value, and which item: quoting only "-1s" reads as
+			// if that were the variable's value.
+			all := make([]string, len(c.RetrySchedule))
+			for j, x := range c.RetrySchedule {
+				all[j] = x.String()
+			}
+			return fieldError("WEBHOOK_RETRY_SCHEDULE", strings.Join(all, ","),
+				fmt.Sprintf("item %d (%s) is negative; durations must not be negative", i+1, d))
 		}
 	}
 	switch {
