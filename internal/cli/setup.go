@@ -134,6 +134,11 @@ func newConfigCmd() *cobra.Command {
 				// Where an operator looks first: what it takes.
 				settings[i].Value = secretKeysUnset
 			}
+			if settings[i].Var == "HTTP_ADDR" && settings[i].Value == "" {
+				// config.Load turns "off" into "" for the runtime; show
+				// what the operator set.
+				settings[i].Value = config.HTTPOff
+			}
 		}
 		if ce != nil {
 			for i := range settings {
