@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
@@ -142,7 +143,23 @@ var funcs = template.FuncMap{
 	"ms":    func(s float64) string { return jaegerquery.Round(time.Duration(s * float64(time.Second))) },
 	"dur":   func(d time.Duration) string { return jaegerquery.Round(d) },
 	"msf":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
-	"num":   func(n int64) string { return group(n) },
+	"num":   func(n any) string { return group(toInt64(n)) },
+	"plural": func(n any, one, many string) string {
+		v := toInt64(n)
+		if v == 1 {
+			return "1 " + one
+		}
+		return group(v) + " " + many
+	},
+	"due":     due,
+	"visible": visible,
+	"offset": func(n int64) string {
+		if n < 0 {
+			return "—"
+		}
+		return group(n)
+	},
+	"href": href,
 	"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + "/s" },
 	"short": func(s string) string { return s[:min(8, len(s))] },
 	"str": func(p *string) string {
@@ -165,28 +182,7 @@ var funcs = template.FuncMap{
 	},
 	"traceID": jaegerquery.TraceIDOf,
 	"join":    strings.Join,
-	"query": func(base string, kv ...string) string {
-		q := url.Values{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i+1] != "" {
-				q.Set(kv[i], kv[i+1])
-			}
-		}
-		if len(q) == 0 {
-			return base
-		}
-		return base + "?" + q.Encode()
-	},
-	"withAfter": func(q url.Values, after string) string {
-		n := url.Values{}
-		for k, v := range q {
-			if k != "after" {
-				n[k] = v
-			}
-		}
-		n.Set("after", after)
-		return n.Encode()
-	},
+	"query": func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
 	"spark": sparkline,
 	"add":   func(a, b int) int { return a + b },
 	"divf":  func(n int64, d float64) float64 { return float64(n) / d },
@@ -256,4 +252,95 @@ func sparkline(values []float64, w, h float64) string {
 		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// link is base with the query q, where each key/value pair of kv replaces
+// q's value for that key (an empty value removes the key). It is the one
+// way the console builds a URL with a query: from url.Values, encoded once.
+func link(base string, q url.Values, kv ...string) string {
+	n := url.Values{}
+	for k, v := range q {
+		n[k] = append([]string(nil), v...)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			n.Del(kv[i])
+		} else {
+			n.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(n) == 0 {
+		return base
+	}
+	return base + "?" + n.Encode()
+}
+
+// href is link for a template: a template.URL, so that html/template does
+// not escape it a second time. Written as "/ui/outbox?{{.Q.Encode}}", the
+// query would be escaped as one query value ("topic%3dtinya") and the
+// filter lost: the page would then act on every row instead of the
+// filtered ones. The base is a constant path of the console, and the query
+// is encoded by url.Values, so nothing in it can start a script.
+func href(base string, q url.Values, kv ...string) template.URL {
+	return template.URL(link(base, q, kv...)) //nolint:gosec // see above
+}
+
+func toInt64(n any) int64 {
+	switch v := n.(type) {
+	case int:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case int64:
+		return v
+	case uint:
+		return int64(v)
+	case *int64:
+		if v != nil {
+			return *v
+		}
+	}
+	return 0
+}
+
+// due says when a scheduled time comes: "in 3.0s", or "now (due 12ms ago)"
+// for a time already past (a pending delivery whose next attempt is due
+// waits for a deliverer, not for the clock).
+func due(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := time.Until(t)
+	if d > 0 {
+		return "in " + human(d)
+	}
+	return "now (due " + human(-d) + " ago)"
+}
+
+// visible shows the control characters of text an application or a
+// subscriber wrote as escapes (ESC as \x1b): a browser draws them as empty
+// boxes or not at all, and an operator reading an error must see them.
+// Newlines and tabs stay.
+func visible(s string) string {
+	if strings.IndexFunc(s, isHidden) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isHidden(r) {
+			if r < 0x100 {
+				fmt.Fprintf(&b, "\\x%02x", r)
+			} else {
+				fmt.Fprintf(&b, "\\u%04x", r)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isHidden(r rune) bool {
+	return r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError ||
+		r == 0x200b || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069))
 }
