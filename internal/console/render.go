@@ -99,6 +99,8 @@ func navOf(name string) string {
 		return "deliveries"
 	case name == "trace":
 		return "trace"
+	case name == "audit":
+		return "audit"
 	}
 	return "overview"
 }
@@ -152,6 +154,8 @@ var funcs = template.FuncMap{
 		return group(v) + " " + many
 	},
 	"due":     due,
+	"age": func(t time.Time) string { return human(time.Since(t)) },
+	"now": func() string { return time.Now().UTC().Format("15:04:05Z") },
 	"visible": visible,
 	"offset": func(n int64) string {
 		if n < 0 {
@@ -344,3 +348,5 @@ func isHidden(r rune) bool {
 	return r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError ||
 		r == 0x200b || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069))
 }
+
+func formatFloat1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
