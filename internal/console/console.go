@@ -89,13 +89,13 @@ type Console struct {
 	// (revive, recover, test event).
 	actions *store.DeliveryStore
 	// actor is the admin token's id in the audit log.
-	actor string
-	jaeger     *jaegerquery.Client
-	kafka      *kgo.Client
-	log        *slog.Logger
-	pages      map[string]*template.Template
-	mux        *http.ServeMux
-	sampler    *sampler
+	actor   string
+	jaeger  *jaegerquery.Client
+	kafka   *kgo.Client
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	sampler *sampler
 
 	mu       sync.Mutex
 	sessions map[string]*session

@@ -181,8 +181,8 @@ func (c *Console) outboxView(w http.ResponseWriter, r *http.Request, status stri
 	}
 	c.render(w, r, http.StatusOK, "outbox_view", "Outbox", map[string]any{
 		"Rows": p.Rows, "Next": p.Next, "Total": total, "More": total >= viewCap, "Q": filterValues(q, viewKeys...),
-		"F":      map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type")},
-		"After":  q.Get("after") != "", "Filtered": f != (outboxstore.ViewFilter{}),
+		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type")},
+		"After": q.Get("after") != "", "Filtered": f != (outboxstore.ViewFilter{}),
 		"Status": status, "Statuses": outboxStatuses, "Now": time.Now(),
 	})
 	return nil

@@ -141,11 +141,11 @@ var funcs = template.FuncMap{
 		}
 		return human(d) + " ago"
 	},
-	"secs":  func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
-	"ms":    func(s float64) string { return jaegerquery.Round(time.Duration(s * float64(time.Second))) },
-	"dur":   func(d time.Duration) string { return jaegerquery.Round(d) },
-	"msf":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
-	"num":   func(n any) string { return group(toInt64(n)) },
+	"secs": func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
+	"ms":   func(s float64) string { return jaegerquery.Round(time.Duration(s * float64(time.Second))) },
+	"dur":  func(d time.Duration) string { return jaegerquery.Round(d) },
+	"msf":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
+	"num":  func(n any) string { return group(toInt64(n)) },
 	"plural": func(n any, one, many string) string {
 		v := toInt64(n)
 		if v == 1 {
@@ -154,8 +154,8 @@ var funcs = template.FuncMap{
 		return group(v) + " " + many
 	},
 	"due":     due,
-	"age": func(t time.Time) string { return human(time.Since(t)) },
-	"now": func() string { return time.Now().UTC().Format("15:04:05Z") },
+	"age":     func(t time.Time) string { return human(time.Since(t)) },
+	"now":     func() string { return time.Now().UTC().Format("15:04:05Z") },
 	"visible": visible,
 	"offset": func(n int64) string {
 		if n < 0 {
@@ -163,7 +163,7 @@ var funcs = template.FuncMap{
 		}
 		return group(n)
 	},
-	"href": href,
+	"href":  href,
 	"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + "/s" },
 	"short": func(s string) string { return s[:min(8, len(s))] },
 	"str": func(p *string) string {
@@ -186,10 +186,10 @@ var funcs = template.FuncMap{
 	},
 	"traceID": jaegerquery.TraceIDOf,
 	"join":    strings.Join,
-	"query": func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
-	"spark": sparkline,
-	"add":   func(a, b int) int { return a + b },
-	"divf":  func(n int64, d float64) float64 { return float64(n) / d },
+	"query":   func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
+	"spark":   sparkline,
+	"add":     func(a, b int) int { return a + b },
+	"divf":    func(n int64, d float64) float64 { return float64(n) / d },
 	"bar": func(off, d, total time.Duration) [2]string {
 		if total <= 0 {
 			return [2]string{"0", "100"}
