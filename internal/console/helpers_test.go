@@ -118,7 +118,7 @@ func (b *browser) eventually(timeout time.Duration, cond func() string) {
 }
 
 // documented is every screenshot in docs/console/ and the elements its page
-// must show, as the documentation describes them: shot fails when a page no
+// must show, as docs/console.md describes them: shot fails when a page no
 // longer renders one, so a screenshot cannot go stale silently, and
 // TestScreenshotsDocumented fails when docs/console/ holds a picture no
 // test takes.
@@ -133,7 +133,7 @@ var documented = map[string][]string{
 	"subscription":   {"#state", "#secrets", "#send-test", "#rotate", "#disable", "#sub-charts svg.chart", "#recover-form", "#edit", "#delete-form"},
 	"rotate":         {"#secret", "#copy", "#grace"},
 	"deliveries":     {"#filters", "#deliveries", "#revive-selected"},
-	"delivery":       {"#status", "#attempts", "#trace-link", "#revive-one"},
+	"delivery":       {"#status", "#attempts", "#revive-one"},
 	"stream":         {"#stream-live", "#open", "#stream"},
 	"trace":          {"#waterfall", "#gaps"},
 	"recover":        {"#confirm-text", "#confirm-count", "#confirm-revive"},

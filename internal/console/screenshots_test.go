@@ -10,7 +10,7 @@ import (
 
 // TestScreenshotsDocumented: every picture in docs/console/ is one the
 // browser tests take (and check, see documented), and every page they
-// document has its picture there. Regenerate them with
+// document has its picture there, shown in docs/console.md. Regenerate them with
 // `make console-screenshots`.
 func TestScreenshotsDocumented(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "docs", "console", "*.png"))
@@ -32,9 +32,16 @@ func TestScreenshotsDocumented(t *testing.T) {
 			t.Errorf("docs/console/%s.png: no browser test takes it (stale); remove it or add it to documented", h)
 		}
 	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "console.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range want {
 		if _, err := os.Stat(filepath.Join("..", "..", "docs", "console", w+".png")); err != nil {
 			t.Errorf("docs/console/%s.png is missing: run make console-screenshots", w)
+		}
+		if !strings.Contains(string(doc), "(console/"+w+".png)") {
+			t.Errorf("docs/console.md does not show console/%s.png", w)
 		}
 	}
 }
