@@ -450,6 +450,13 @@ func TestConsoleActionsInBrowser(t *testing.T) {
 		if got := b.text("#next-attempt"); !strings.HasPrefix(got, "now (due ") && !strings.HasPrefix(got, "in ") {
 			t.Fatalf("next attempt = %q", got)
 		}
+		// Delivered meanwhile (no deliverer runs here: as one would mark
+		// it): the open page shows it without a reload.
+		if _, err := db.Pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now(), attempts = 1
+			WHERE subscription_id = $1 AND event_type = 'bridge.test'`, subID); err != nil {
+			t.Fatal(err)
+		}
+		b.waitText("#status", "delivered")
 		eventID := b.text("#event-id")
 		b.do(chromedp.Navigate(base+"/ui/search?q="+eventID), chromedp.WaitVisible(chromedp.ID("event-id")))
 		if got := b.text("#event-id"); got != eventID {
