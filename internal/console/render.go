@@ -185,6 +185,7 @@ var funcs = template.FuncMap{
 		return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
 	},
 	"traceID": jaegerquery.TraceIDOf,
+	"spanName": spanName,
 	"join":    strings.Join,
 	"query":   func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
 	"spark":   sparkline,
@@ -350,3 +351,29 @@ func isHidden(r rune) bool {
 }
 
 func formatFloat1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+// spanName is a span's name as the waterfall shows it. A webhook attempt's
+// span is named "webhook POST <host:port>" (the span name stays low in
+// cardinality); the waterfall adds what tells two attempts and two
+// subscribers on one host apart: the URL's path (url.full, whose query the
+// deliverer has already redacted), the attempt and the delivery id.
+func spanName(s jaegerquery.Span) string {
+	if !strings.HasPrefix(s.Name, "webhook POST") {
+		return s.Name
+	}
+	name := s.Name
+	attr := map[string]string{}
+	for _, a := range s.Attrs {
+		attr[a.Key] = a.Value
+	}
+	if u, err := url.Parse(attr["url.full"]); err == nil && u.Path != "" && u.Path != "/" {
+		name += u.EscapedPath()
+	}
+	if v := attr["webhook.attempt"]; v != "" {
+		name += " · attempt " + v
+	}
+	if v := attr["webhook.delivery_id"]; v != "" {
+		name += " · delivery " + v
+	}
+	return name
+}

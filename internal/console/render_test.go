@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxbridge/bridge/internal/jaegerquery"
 )
 
 // TestLinksKeepTheirQuery: a link built by href keeps every filter field
@@ -46,5 +48,16 @@ func TestSmallWords(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(favicon()[:4]), "\x00\x00\x01\x00") {
 		t.Error("favicon is not an ICO")
+	}
+}
+
+func TestWebhookSpanName(t *testing.T) {
+	s := jaegerquery.Span{Name: "webhook POST 127.0.0.1:8443", Attrs: []jaegerquery.Attr{
+		{Key: "url.full", Value: "https://127.0.0.1:8443/hooks/orders?token=REDACTED"}, {Key: "webhook.attempt", Value: "2"}, {Key: "webhook.delivery_id", Value: "17"}}}
+	if got := spanName(s); got != "webhook POST 127.0.0.1:8443/hooks/orders · attempt 2 · delivery 17" {
+		t.Fatalf("spanName = %q", got)
+	}
+	if got := spanName(jaegerquery.Span{Name: "publish orders"}); got != "publish orders" {
+		t.Fatalf("spanName = %q", got)
 	}
 }
