@@ -172,6 +172,9 @@ func (c *Console) outboxView(w http.ResponseWriter, r *http.Request, status stri
 	}
 	f := outboxstore.ViewFilter{Topic: strings.TrimSpace(q.Get("topic")), AssetID: strings.TrimSpace(q.Get("asset")), EventType: strings.TrimSpace(q.Get("event_type"))}
 	p, err := outboxstore.ListView(r.Context(), c.pool, status, f, pageSize, q.Get("after"))
+	if errors.Is(err, outboxstore.ErrBadCursor) {
+		return errorStatus(http.StatusBadRequest, "after: "+err.Error())
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package outboxstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,6 +58,9 @@ SELECT count(*) FROM (
   LIMIT $5
 ) v`
 
+// ErrBadCursor: a view's cursor is not one a previous page gave.
+var ErrBadCursor = errors.New("not a cursor from a previous page")
+
 // ViewFilter narrows the NEW or SENT view. Zero fields match everything.
 type ViewFilter struct {
 	Topic     string
@@ -90,7 +94,7 @@ func ListView(ctx context.Context, db DB, status string, f ViewFilter, limit int
 		var after int64
 		if cursor != "" {
 			if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
-				return ViewPage{}, fmt.Errorf("cursor %q is not a cursor from a previous page of NEW rows", cursor)
+				return ViewPage{}, fmt.Errorf("cursor %q of NEW rows: %w", cursor, ErrBadCursor)
 			}
 		}
 		rows, err = statement.Select[ViewRow](ctx, db, "list NEW outbox rows", listNewSQL, f.Topic, f.AssetID, f.EventType, limit+1, after)
@@ -102,7 +106,7 @@ func ListView(ctx context.Context, db DB, status string, f ViewFilter, limit int
 			ns, e1 := strconv.ParseInt(ts, 10, 64)
 			n, e2 := strconv.ParseInt(s, 10, 64)
 			if !ok || e1 != nil || e2 != nil {
-				return ViewPage{}, fmt.Errorf("cursor %q is not a cursor from a previous page of SENT rows", cursor)
+				return ViewPage{}, fmt.Errorf("cursor %q of SENT rows: %w", cursor, ErrBadCursor)
 			}
 			t := time.Unix(0, ns).UTC()
 			at, seq = &t, n
