@@ -101,21 +101,18 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 type adminAPI struct {
 	// tokenDigest is sha256(ADMIN_TOKEN); the token itself is not kept.
 	tokenDigest [sha256.Size]byte
-	// actor is the token's id in the audit log (audit.TokenID).
-	actor      string
-	pool       *pgxpool.Pool
-	subs       *store.SubscriptionStore
-	deliveries *store.DeliveryStore
-	log        *slog.Logger
-	rejections *rejectionLog
-	metrics    AuthMetrics
-	routes     *http.ServeMux
+	pool        *pgxpool.Pool
+	subs        *store.SubscriptionStore
+	deliveries  *store.DeliveryStore
+	log         *slog.Logger
+	rejections  *rejectionLog
+	metrics     AuthMetrics
+	routes      *http.ServeMux
 }
 
 func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
-		actor:       audit.TokenID(cfg.Token),
 		pool:        cfg.Pool,
 		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
 		deliveries:  store.NewDeliveryStore(cfg.Pool),
@@ -190,7 +187,7 @@ func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // audit writes one action to the audit log. The action has happened: a
 // failure to record it is logged, not answered as the action's failure.
 func (a *adminAPI) audit(r *http.Request, action, target, scope string, rows int64) {
-	e := audit.Entry{Actor: a.actor, Via: audit.ViaAPI, Remote: audit.Remote(r), Action: action, Target: target, Scope: scope, Rows: rows}
+	e := audit.Entry{Actor: audit.DigestID(a.tokenDigest), Via: audit.ViaAPI, Remote: audit.Remote(r), Action: action, Target: target, Scope: scope, Rows: rows}
 	if err := audit.Record(context.WithoutCancel(r.Context()), a.pool, e); err != nil {
 		a.log.ErrorContext(r.Context(), "audit log write failed", "action", action, "error", err)
 	}

@@ -109,9 +109,12 @@ func List(ctx context.Context, db statement.DB, limit int, cursor string) ([]Ent
 // TokenID names a token without revealing it: "token:" and the first 8 hex
 // digits of its SHA-256.
 func TokenID(token string) string {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return "token:" + hex.EncodeToString(sum[:4])
+	return DigestID(sha256.Sum256([]byte(strings.TrimSpace(token))))
 }
+
+// DigestID is TokenID from the token's SHA-256 (for a holder that keeps
+// only the digest).
+func DigestID(sum [sha256.Size]byte) string { return "token:" + hex.EncodeToString(sum[:4]) }
 
 // Remote is where a request came from: its peer's address, and the
 // X-Forwarded-For a proxy added (recorded as told, not trusted).
