@@ -12,8 +12,8 @@ import (
 
 // favicon is /favicon.ico: a 32×32 icon (the console's blue with a white
 // arrow, the outbox's "out"), drawn here so that there is no binary to keep
-// in the tree. Browsers ask for /favicon.ico on every site; without it
-// every console page logged a 404.
+// in the tree. Browsers ask every site for /favicon.ico; without an answer
+// each page a browser opens adds a 404 to the ops server's log.
 var favicon = sync.OnceValue(func() []byte {
 	const n = 32
 	img := image.NewNRGBA(image.Rect(0, 0, n, n))

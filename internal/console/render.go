@@ -184,13 +184,13 @@ var funcs = template.FuncMap{
 		}
 		return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
 	},
-	"traceID": jaegerquery.TraceIDOf,
+	"traceID":  jaegerquery.TraceIDOf,
 	"spanName": spanName,
-	"join":    strings.Join,
-	"query":   func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
-	"spark":   sparkline,
-	"add":     func(a, b int) int { return a + b },
-	"divf":    func(n int64, d float64) float64 { return float64(n) / d },
+	"join":     strings.Join,
+	"query":    func(base string, kv ...string) template.URL { return href(base, nil, kv...) },
+	"spark":    sparkline,
+	"add":      func(a, b int) int { return a + b },
+	"divf":     func(n int64, d float64) float64 { return float64(n) / d },
 	"bar": func(off, d, total time.Duration) [2]string {
 		if total <= 0 {
 			return [2]string{"0", "100"}

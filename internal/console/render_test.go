@@ -12,7 +12,7 @@ import (
 )
 
 // TestLinksKeepTheirQuery: a link built by href keeps every filter field
-// through html/template (a query pasted into the template as a string was
+// through html/template (a query pasted into the template as a string is
 // escaped as one value, "topic%3dtinya", and the filter lost).
 func TestLinksKeepTheirQuery(t *testing.T) {
 	tpl := template.Must(template.New("t").Funcs(funcs).Parse(`<a href="{{href "/ui/outbox/replay" .Q}}">x</a><a href="{{href "/ui/outbox" .Q "after" "50"}}">n</a>`))
