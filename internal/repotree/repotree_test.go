@@ -94,3 +94,50 @@ func TestWorkLogPattern(t *testing.T) {
 	}
 }
 
+// mdLink is a Markdown link's target: [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestMarkdownLinksResolve fails on a relative link in a tracked Markdown
+// file to a file the tree does not have (a renamed or deleted doc): a reader
+// following it finds nothing.
+func TestMarkdownLinksResolve(t *testing.T) {
+	t.Parallel()
+	dir := root(t)
+	files := trackedTextFiles(t)
+	for name, b := range files {
+		if !strings.HasSuffix(name, ".md") {
+			continue
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			p := filepath.Join(filepath.Dir(name), target)
+			if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", name, m[1])
+			}
+		}
+	}
+}
+
+// TestREADMEIsShort: the README is what a newcomer reads first, in a few
+// minutes: what the bridge is, the two commands, how to call it, how to run
+// it. References belong in docs/.
+func TestREADMEIsShort(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if n := strings.Count(text, "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, more than 250: move reference material to docs/", n)
+	}
+	for _, want := range []string{"make demo", "make test", "outbox.EnqueueBatch", "bridge.enqueue(", "examples/"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("README.md does not mention %q", want)
+		}
+	}
+}
