@@ -16,8 +16,8 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
-	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
