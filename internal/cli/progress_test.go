@@ -13,6 +13,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 	"github.com/outboxbridge/bridge/internal/pgtest"
@@ -129,5 +130,74 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil || n != 5 {
 		t.Errorf("%d deliveries after recovering (%v), want 5", n, err)
+	}
+}
+
+// SIGTERM to `bridge run` while its consumer retries a batch (a transient
+// error on every attempt): the process is done within 10 s, the time
+// orchestrators give between SIGTERM and SIGKILL.
+func TestRunStopsWithinTenSecondsWhileTheConsumerRetries(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://example.com/hook', '{*}');
+CREATE SEQUENCE public.fault_hits;
+CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM nextval('public.fault_hits');
+  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';
+END $$;
+CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.fault();`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(map[string]string{
+		"DATABASE_URL":       db.URL,
+		"KAFKA_BROKERS":      strings.Join(brokers, ","),
+		"CONSUMER_TOPICS":    topic,
+		"CONSUMER_GROUP":     "g-" + topic,
+		"HTTP_ADDR":          "127.0.0.1:0",
+		"BRIDGE_SECRET_KEYS": keyringtest.Keys,
+	}, config.Needs{Database: true, Kafka: true, Topics: true, Secrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, uses := needsOf(allStages)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rt, err := startRuntimeWith(runCtx, cfg, serviceAll, uses, runtimeOptions{
+		getenv: func(string) string { return "" }, logger: logging.New(t.Output(), "warn", "text"),
+		refresh: 100 * time.Millisecond, noGlobals: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runBuilt(runCtx, cfg, rt, allStages) }()
+	if _, err := db.Pool.Exec(ctx, `SELECT bridge.enqueue($1, 'a', 'asset.updated', '{}') FROM generate_series(1, 5)`, topic); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, func() string {
+		var n int64
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT last_value FROM public.fault_hits WHERE is_called), 0)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return testkit.Unless(n >= 8, "%d failed attempts", n)
+	})
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30s of SIGTERM")
+	}
+	rt.Close()
+	t.Logf("stopped %s after SIGTERM", time.Since(began))
+	if took := time.Since(began); took >= 10*time.Second {
+		t.Errorf("bridge run took %s to stop while its consumer retried, want under 10s", took)
 	}
 }
