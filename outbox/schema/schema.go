@@ -86,14 +86,14 @@ type Config struct {
 	// RefreshInterval is how long a topic's latest schema (or the fact that
 	// it has none) is used before it is looked up again. Default 5s.
 	RefreshInterval time.Duration
-	// Timeout bounds one registry request. Default 5s.
+	// Timeout bounds one registry request. Default 10s.
 	Timeout time.Duration
 }
 
 // WithDefaults fills in the defaults.
 func (c Config) WithDefaults() Config {
 	c.RefreshInterval = cmp.Or(c.RefreshInterval, 5*time.Second)
-	c.Timeout = cmp.Or(c.Timeout, 5*time.Second)
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	return c
 }
 
@@ -382,23 +382,60 @@ func (r *Registry) Register(ctx context.Context, topic string, typ sr.SchemaType
 			return sr.SubjectSchema{}, fmt.Errorf("%s: %w", subject, err)
 		}
 	}
+	registerMu.Lock()
+	defer registerMu.Unlock()
 	if compatibility != "" {
 		var lvl sr.CompatibilityLevel
 		if err := lvl.UnmarshalText([]byte(strings.ToUpper(compatibility))); err != nil {
 			return sr.SubjectSchema{}, fmt.Errorf("compatibility %q: %w", compatibility, err)
 		}
-		for _, res := range r.client.SetCompatibility(ctx, sr.SetCompatibility{Level: lvl}, subject) {
-			if res.Err != nil {
-				return sr.SubjectSchema{}, fmt.Errorf("set compatibility of %s: %w", subject, res.Err)
+		err := retryStorage(ctx, func() error {
+			for _, res := range r.client.SetCompatibility(ctx, sr.SetCompatibility{Level: lvl}, subject) {
+				if res.Err != nil {
+					return res.Err
+				}
 			}
+			return nil
+		})
+		if err != nil {
+			return sr.SubjectSchema{}, fmt.Errorf("set compatibility of %s: %w", subject, err)
 		}
 	}
-	ss, err := r.client.CreateSchema(ctx, subject, sr.Schema{Schema: text, Type: typ})
+	var ss sr.SubjectSchema
+	err := retryStorage(ctx, func() (err error) {
+		ss, err = r.client.CreateSchema(ctx, subject, sr.Schema{Schema: text, Type: typ})
+		return err
+	})
 	if err != nil {
 		return sr.SubjectSchema{}, fmt.Errorf("register %s: %w", subject, err)
 	}
 	r.Invalidate(topic)
 	return ss, nil
+}
+
+// registerMu serialises this process's registrations: Apicurio Registry on
+// its in-memory H2 fails two concurrent writes with a lock conflict
+// ("Concurrent update in table SEQUENCES").
+var registerMu sync.Mutex
+
+// retryStorage runs f again (up to 4 tries) while the registry answers
+// with a server error: a write that lost a storage lock conflict to another
+// writer. Both writes are idempotent (the same schema registered twice is
+// one version). A refusal (4xx, e.g. 409 incompatible) is returned at once.
+func retryStorage(ctx context.Context, f func() error) error {
+	var err error
+	for try := 1; ; try++ {
+		err = f()
+		var re *sr.ResponseError
+		if err == nil || try == 4 || !errors.As(err, &re) || re.StatusCode < 500 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // Topics lists the governed topics (subjects ending in "-value").
