@@ -207,6 +207,11 @@ type HTTP struct {
 	// JAEGER_UI_URL: a Jaeger UI to link trace pages to (<url>/trace/<id>);
 	// empty: no link (the Jaeger scripts/services-up.sh builds has no UI).
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
+	// READY_STALL_TIMEOUT: a consumer or deliverer that made no progress
+	// for this long while work waits for it reports not ready on /readyz
+	// (check consume_progress or deliver_progress); 0 turns the check off.
+	// Default 5m.
+	ReadyStallTimeout time.Duration `env:"READY_STALL_TIMEOUT" envDefault:"5m"`
 }
 
 // HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
@@ -497,7 +502,7 @@ func (c Webhook) validate() error {
 	return err
 }
 
-// SchemaRegistry: the Confluent-compatible schema registry that governs
+// SchemaRegistry configures the Confluent-compatible schema registry that governs
 // topics (docs/contract.md, "Schema-governed topics").
 type SchemaRegistry struct {
 	// SCHEMA_REGISTRY_URL: the registry's Confluent-compatible API (for
@@ -708,8 +713,8 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 // normalizeLists returns environ (nil: the process environment) with every
 // list variable (a field with an envSeparator) trimmed around its commas.
 // Every list is read alike: 'a, b' is a and b whether the items are CIDRs,
-// durations or topics (the duration parser used to refuse ' 2s' while the
-// CIDR list trimmed it), and an empty item ('a,,b', a trailing comma) is
+// durations or topics (one parser refusing ' 2s' while another trims it
+// would make the same text mean two things), and an empty item ('a,,b', a trailing comma) is
 // refused naming the variable instead of being kept or dropped silently.
 func normalizeLists(environ map[string]string) (map[string]string, error) {
 	if environ == nil {

@@ -39,6 +39,7 @@ type Consumer struct {
 	logger *slog.Logger
 
 	stats     counters
+	held      atomic.Int64 // records polled and not yet finished (Held)
 	started   atomic.Bool
 	closeOnce sync.Once
 
@@ -46,6 +47,9 @@ type Consumer struct {
 	// its offsets are committed; an error makes Run return it at once without
 	// committing, like a crash at that point.
 	beforeCommit func([]*kgo.Record) error
+	// parse, when set (tests), replaces parse: a test that reaches a
+	// PostgreSQL refusal Decode's bounds otherwise stop first.
+	parse func(*kgo.Record) *event
 }
 
 // New builds a consumer from the pool, the shared Kafka connection options
@@ -243,7 +247,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		c.held.Store(int64(len(recs)))
 		err := c.handle(work, recs)
+		c.held.Store(0)
 		c.client.AllowRebalance()
 		if errors.Is(err, errCrash) {
 			return err
@@ -256,6 +262,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Held is how many polled records the consumer holds and has not finished:
+// work waiting for it. With Stats().Records (which grows as records are
+// finished) it tells a consumer stuck on a batch from an idle one
+// (internal/progress).
+func (c *Consumer) Held() int64 { return c.held.Load() }
 
 // errCrash wraps the error of a test's beforeCommit hook.
 var errCrash = errors.New("simulated crash before offset commit")
@@ -290,8 +302,12 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	evs := make([]*event, len(recs))
 	spans := make([]trace.Span, len(recs))
 	ctxs := make([]context.Context, len(recs))
+	parseRecord := parse
+	if c.parse != nil {
+		parseRecord = c.parse
+	}
 	for i, r := range recs {
-		evs[i] = parse(r)
+		evs[i] = parseRecord(r)
 		ctxs[i], spans[i] = c.startSpan(ctx, evs[i])
 	}
 	var good []*event

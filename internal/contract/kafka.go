@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/eventbounds"
 	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
@@ -213,6 +214,14 @@ func Decode(r *kgo.Record) (Message, error) {
 		}
 		*dst = string(h.Value)
 	}
+	// A dedup id past its bound cannot be the record's identity (it would
+	// not fit consumer_inbox's key): the record is dead-lettered under
+	// "topic/partition/offset".
+	if len(dedupID) > eventbounds.MaxDedupID {
+		m.DedupID = fallbackDedupID(r)
+		m.Traceparent, m.Tracestate = "", ""
+		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderDedupID, len(dedupID), eventbounds.MaxDedupID)}
+	}
 	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
 	// A governed topic's value carries the Confluent framing (magic byte 0,
 	// schema id) before the JSON: the delivery is the JSON, as for any topic
@@ -225,6 +234,10 @@ func Decode(r *kgo.Record) (Message, error) {
 	switch {
 	case eventType == "":
 		return m, &DecodeError{"no " + HeaderEventType + " header"}
+	case len(eventType) > eventbounds.MaxEventType:
+		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderEventType, len(eventType), eventbounds.MaxEventType)}
+	case len(r.Key) > eventbounds.MaxAssetID:
+		return m, &DecodeError{fmt.Sprintf("key (the asset id) is %d bytes long; at most %d are allowed", len(r.Key), eventbounds.MaxAssetID)}
 	case !isText(r.Key):
 		return m, &DecodeError{"key is not UTF-8 text"}
 	case !utf8.Valid(value) || !json.Valid(value):
