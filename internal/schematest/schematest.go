@@ -52,7 +52,7 @@ func URL(t testing.TB) string {
 		return DefaultURL
 	}
 	startOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(t), "scripts", "services-up.sh"))
 		cmd.Env = append(os.Environ(), "SERVICES=schema-registry")
