@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/outbox/schema"
@@ -47,21 +46,6 @@ func schemaRegistry() (*schema.Registry, error) {
 		return nil, &config.Error{Var: "SCHEMA_REGISTRY_URL", Problem: "is required by bridge schemas (the registry's Confluent-compatible API, e.g. http://127.0.0.1:8081/apis/ccompat/v7)"}
 	}
 	return schema.New(schema.Config{URL: cfg.Schemas.URL, RefreshInterval: cfg.Schemas.Refresh})
-}
-
-// SchemaVersion is one registered version as the CLI and the admin API show
-// it.
-type SchemaVersion struct {
-	Topic   string `json:"topic"`
-	Subject string `json:"subject"`
-	Version int    `json:"version"`
-	ID      int    `json:"id"`
-	Type    string `json:"type"`
-	Schema  string `json:"schema"`
-}
-
-func schemaVersion(topic string, ss sr.SubjectSchema) SchemaVersion {
-	return SchemaVersion{Topic: topic, Subject: ss.Subject, Version: ss.Version, ID: ss.ID, Type: ss.Type.String(), Schema: ss.Schema.Schema}
 }
 
 func newSchemasRegisterCmd() *cobra.Command {
@@ -106,7 +90,7 @@ within SCHEMA_REGISTRY_REFRESH, without a restart.`,
 			return err
 		}
 		if out == "json" {
-			return printJSON(cmd.OutOrStdout(), schemaVersion(args[0], ss))
+			return printJSON(cmd.OutOrStdout(), schema.VersionOf(args[0], ss))
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "registered %s version %d (schema id %d)\n", ss.Subject, ss.Version, ss.ID)
 		return nil
@@ -126,17 +110,9 @@ func newSchemasListCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		topics, err := reg.Topics(cmd.Context())
+		items, err := reg.List(cmd.Context())
 		if err != nil {
 			return err
-		}
-		items := make([]SchemaVersion, 0, len(topics))
-		for _, t := range topics {
-			ss, err := reg.Client().SchemaByVersion(cmd.Context(), schema.Subject(t), -1)
-			if err != nil {
-				return fmt.Errorf("latest version of %s: %w", schema.Subject(t), err)
-			}
-			items = append(items, schemaVersion(t, ss))
 		}
 		if out == "json" {
 			return printList(cmd.OutOrStdout(), items, "")
@@ -162,13 +138,9 @@ func newSchemasShowCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		versions, err := reg.Versions(cmd.Context(), args[0])
+		items, err := reg.History(cmd.Context(), args[0])
 		if err != nil {
 			return err
-		}
-		items := make([]SchemaVersion, 0, len(versions))
-		for _, ss := range versions {
-			items = append(items, schemaVersion(args[0], ss))
 		}
 		if out == "json" {
 			return printList(cmd.OutOrStdout(), items, "")

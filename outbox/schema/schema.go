@@ -100,8 +100,9 @@ func (c Config) WithDefaults() Config {
 // Registry validates and frames payloads of governed topics. Safe for
 // concurrent use.
 type Registry struct {
-	cfg    Config
-	client *sr.Client
+	cfg       Config
+	client    *sr.Client
+	transport *http.Transport
 
 	mu     sync.Mutex
 	topics map[string]*topicEntry
@@ -138,14 +139,18 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("schema registry: URL is required")
 	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
 	cl, err := sr.NewClient(sr.URLs(strings.TrimRight(cfg.URL, "/")),
-		sr.HTTPClient(&http.Client{Timeout: cfg.Timeout}),
+		sr.HTTPClient(&http.Client{Timeout: cfg.Timeout, Transport: tr}),
 		sr.UserAgent("outbox-bridge"))
 	if err != nil {
 		return nil, fmt.Errorf("schema registry %s: %w", cfg.URL, err)
 	}
-	return &Registry{cfg: cfg, client: cl, topics: map[string]*topicEntry{}, byID: map[int]*compiled{}}, nil
+	return &Registry{cfg: cfg, client: cl, transport: tr, topics: map[string]*topicEntry{}, byID: map[int]*compiled{}}, nil
 }
+
+// Close closes the registry client's idle connections.
+func (r *Registry) Close() { r.transport.CloseIdleConnections() }
 
 // Client is the underlying franz-go registry client.
 func (r *Registry) Client() *sr.Client { return r.client }
@@ -453,12 +458,59 @@ func (r *Registry) Topics(ctx context.Context) ([]string, error) {
 	return topics, nil
 }
 
-// Versions returns every registered version of topic's subject, oldest
-// first.
-func (r *Registry) Versions(ctx context.Context, topic string) ([]sr.SubjectSchema, error) {
+// Version is one registered version of a topic's schema, as the CLI and the
+// admin API show it.
+type Version struct {
+	Topic   string `json:"topic"`
+	Subject string `json:"subject"`
+	Version int    `json:"version"`
+	ID      int    `json:"id"`
+	Type    string `json:"type"`
+	Schema  string `json:"schema"`
+}
+
+func versionOf(topic string, ss sr.SubjectSchema) Version {
+	return Version{Topic: topic, Subject: ss.Subject, Version: ss.Version, ID: ss.ID, Type: ss.Type.String(), Schema: ss.Schema.Schema}
+}
+
+// VersionOf is ss, registered for topic, as a Version.
+func VersionOf(topic string, ss sr.SubjectSchema) Version { return versionOf(topic, ss) }
+
+// ErrNotGoverned is returned (wrapped) by History for a topic without a
+// subject.
+var ErrNotGoverned = errors.New("topic is not governed (no subject in the schema registry)")
+
+// List is the latest version of every governed topic.
+func (r *Registry) List(ctx context.Context) ([]Version, error) {
+	topics, err := r.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Version, 0, len(topics))
+	for _, t := range topics {
+		ss, err := r.client.SchemaByVersion(ctx, Subject(t), -1)
+		if err != nil {
+			return nil, fmt.Errorf("schema registry %s: latest version of %s: %w", r.cfg.URL, Subject(t), err)
+		}
+		out = append(out, versionOf(t, ss))
+	}
+	return out, nil
+}
+
+// History is every registered version of topic's schema, oldest first;
+// ErrNotGoverned when the topic has no subject.
+func (r *Registry) History(ctx context.Context, topic string) ([]Version, error) {
 	ss, err := r.client.Schemas(ctx, Subject(topic))
 	if err != nil {
+		var re *sr.ResponseError
+		if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("%s: %w", topic, ErrNotGoverned)
+		}
 		return nil, fmt.Errorf("schema registry %s: %s: %w", r.cfg.URL, Subject(topic), err)
 	}
-	return ss, nil
+	out := make([]Version, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, versionOf(topic, s))
+	}
+	return out, nil
 }

@@ -64,7 +64,7 @@ func TestRegisterEvolveAndRefuseIncompatible(t *testing.T) {
 			t.Errorf("refusal %q does not name the incompatible change at %s", err, want)
 		}
 	}
-	versions, err := reg.Versions(ctx, topic)
+	versions, err := reg.History(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
