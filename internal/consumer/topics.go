@@ -1,0 +1,9 @@
+package consumer
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// TopicOptions turns CONSUMER_TOPICS into consume options (plain names, or
+// "~" regular expressions that never match a dead-letter topic), for every
+// group member that reads the event topics: this consumer and the
+// deliverer's fast lane.
+func TopicOptions(topics []string) ([]kgo.Opt, error) { return topicOptions(topics) }
