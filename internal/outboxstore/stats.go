@@ -59,10 +59,10 @@ func ReadOutboxStats(ctx context.Context, db DB) (OutboxStats, error) {
 // analyzeLockSQL serialises the relays' ANALYZEs of bridge.outbox: the key
 // is in the relays' advisory-lock class (x'6F41', migration 00160 uses
 // 1–3). Replicas whose claims meet the same backlog find the same stale
-// statistics within milliseconds of each other, and each used to ANALYZE:
-// three replicas ran three ANALYZEs of the same table in one 3-second
-// drain, each a 30,000-row sample and a replan of every session's cached
-// claim, and together drained 4% slower than one relay alone.
+// statistics within milliseconds of each other; without the lock each
+// would ANALYZE: three ANALYZEs of the same table in one drain, each a
+// 30,000-row sample and a replan of every session's cached claim, make
+// three replicas drain slower than one relay alone.
 const analyzeLockSQL = `SELECT pg_advisory_xact_lock(x'6F410000'::int, 4)`
 
 // AnalyzeOutboxIfStale refreshes bridge.outbox's planner statistics (a

@@ -12,9 +12,9 @@ import (
 )
 
 // Replicas whose claims meet the same backlog find the same stale statistics
-// at once, and each used to ANALYZE bridge.outbox: three ANALYZEs (and three
-// replans of every cached claim) in one drain made three replicas slower than
-// one. A relay that finds another one analyzing waits for it and then finds
+// at once; if each ANALYZEd bridge.outbox, three ANALYZEs (and three
+// replans of every cached claim) in one drain would make three replicas
+// slower than one. A relay that finds another one analyzing waits for it and then finds
 // the statistics fresh; it analyzes only statistics that are still stale.
 func TestAnalyzeOutboxIfStaleLeavesAnAnalyzeInProgressToItsRelay(t *testing.T) {
 	db := pgtest.NewParallel(t)
