@@ -594,6 +594,22 @@ func (l *Lane) flushLog(ctx context.Context) error {
 	return nil
 }
 
+// taken is one stream's share of a hand-over: the deliveries taken from
+// its toPG, their rows, and the marker when this hand-over parks it.
+type taken struct {
+	s      *stream
+	key    store.Stream
+	items  []*item
+	rows   []store.Parked
+	marker *store.Marker
+	// done: how many of items (from the front) are settled — written to
+	// bridge.deliveries, or dead-lettered because PostgreSQL refuses them.
+	done int
+	// back: the marker was gone (the slow lane emptied the stream); the
+	// items from done on go back to the fast lane.
+	back bool
+}
+
 // handOverService writes parked streams' deliveries to bridge.deliveries,
 // all the streams waiting in one transaction.
 func (l *Lane) handOverService(ctx context.Context) {
@@ -610,14 +626,7 @@ func (l *Lane) handOverService(ctx context.Context) {
 		}
 		batch := l.handQ
 		l.handQ = nil
-		type taken struct {
-			s     *stream
-			items []*item
-		}
-		var ts []taken
-		var markers []store.Marker
-		var appends []store.Stream
-		var rows []store.Parked
+		var ts []*taken
 		for _, s := range batch {
 			s.inHandQ = false
 			var items []*item
@@ -632,23 +641,21 @@ func (l *Lane) handOverService(ctx context.Context) {
 				continue
 			}
 			s.handing = true
-			key := store.Stream{SubscriptionID: s.key.sub, AssetKey: s.key.asset}
+			t := &taken{s: s, key: store.Stream{SubscriptionID: s.key.sub, AssetKey: s.key.asset}, items: items}
 			for i, it := range items {
 				p := store.Parked{SubscriptionID: it.sub, Event: eventOf(it)}
 				if i == 0 && s.park != nil && s.park.failure != nil {
 					f := s.park.failure.Outcome
 					p.Attempts, p.RetryIn, p.StatusCode, p.Error = 1, s.park.retryIn, f.StatusCode, f.Error
 				}
-				rows = append(rows, p)
+				t.rows = append(t.rows, p)
 			}
 			if s.park != nil {
 				r := items[0].rec
-				markers = append(markers, store.Marker{Stream: key, Topic: r.rec.Topic, Partition: r.rec.Partition, Offset: r.rec.Offset})
+				t.marker = &store.Marker{Stream: t.key, Topic: r.rec.Topic, Partition: r.rec.Partition, Offset: r.rec.Offset}
 				s.park = nil
-			} else {
-				appends = append(appends, key)
 			}
-			ts = append(ts, taken{s, items})
+			ts = append(ts, t)
 		}
 		if len(ts) == 0 {
 			l.mu.Unlock()
@@ -657,47 +664,50 @@ func (l *Lane) handOverService(ctx context.Context) {
 		l.handing++
 		l.mu.Unlock()
 
-		var unparked []store.Stream
 		err := service.Retry(ctx, service.Wait{Name: "hand deliveries to the slow lane", Logger: l.log, LogEvery: 10 * time.Second},
 			func(ctx context.Context) error {
-				var err error
-				unparked, err = l.store.HandOver(ctx, markers, appends, rows)
+				err := l.handOver(ctx, ts)
+				if consumer.IsRecordFault(err) {
+					// PostgreSQL refuses the data of some record (a \u0000
+					// in its JSON, …): retrying the batch can never
+					// succeed. Each stream is handed over alone, and in a
+					// stream that is refused each delivery alone, so only
+					// the offenders are dead-lettered.
+					l.log.WarnContext(ctx, "PostgreSQL refused a hand-over; handing over stream by stream to isolate the record", "err", err)
+					err = l.handOverIsolated(ctx, ts)
+				}
 				return err
 			})
 
 		l.mu.Lock()
-		back := make(map[streamKey]bool, len(unparked))
-		for _, u := range unparked {
-			back[streamKey{u.SubscriptionID, u.AssetKey}] = true
-		}
 		l.handGen++
 		for _, t := range ts {
 			s := t.s
 			s.handing = false
 			s.lastHand = l.handGen
-			switch {
-			case err != nil:
+			if err != nil {
 				// Shutdown while PostgreSQL was unreachable: nothing settles,
 				// the records are read again by the partition's next owner.
-			case back[s.key]:
+				l.forget(s)
+				continue
+			}
+			for _, it := range t.items[:t.done] {
+				l.settle(it.rec)
+			}
+			l.stats.handedOver.Add(int64(t.done))
+			if t.back {
 				// The slow lane emptied the stream before these arrived:
 				// they and whatever came meanwhile go out from here, in
 				// order.
 				s.parked = false
 				delete(l.parkedKeys, s.key)
-				s.fast = append(t.items, s.toPG...)
+				s.fast = append(slices.Clone(t.items[t.done:]), s.toPG...)
 				s.toPG = nil
 				l.stats.unparked.Add(1)
 				l.schedule(s)
-			default:
-				for _, it := range t.items {
-					l.settle(it.rec)
-				}
-				l.stats.handedOver.Add(int64(len(t.items)))
-				if len(s.toPG) > 0 && !s.inHandQ {
-					s.inHandQ = true
-					l.handQ = append(l.handQ, s)
-				}
+			} else if len(s.toPG) > 0 && !s.inHandQ {
+				s.inHandQ = true
+				l.handQ = append(l.handQ, s)
 			}
 			l.forget(s)
 		}
@@ -705,6 +715,79 @@ func (l *Lane) handOverService(ctx context.Context) {
 		l.idle.Broadcast()
 		l.mu.Unlock()
 	}
+}
+
+// handOver writes every taken stream in one transaction.
+func (l *Lane) handOver(ctx context.Context, ts []*taken) error {
+	var markers []store.Marker
+	var appends []store.Stream
+	var rows []store.Parked
+	for _, t := range ts {
+		if t.marker != nil {
+			markers = append(markers, *t.marker)
+		} else {
+			appends = append(appends, t.key)
+		}
+		rows = append(rows, t.rows...)
+	}
+	unparked, err := l.store.HandOver(ctx, markers, appends, rows)
+	if err != nil {
+		return err
+	}
+	back := make(map[store.Stream]bool, len(unparked))
+	for _, u := range unparked {
+		back[u] = true
+	}
+	for _, t := range ts {
+		t.back = back[t.key]
+		if !t.back {
+			t.done = len(t.items)
+		}
+	}
+	return nil
+}
+
+// handOverIsolated hands over each stream alone, and a stream PostgreSQL
+// refuses one delivery at a time, dead-lettering the deliveries it refuses
+// (a refused head's stream goes on with the next one, as after a death).
+func (l *Lane) handOverIsolated(ctx context.Context, ts []*taken) error {
+	for _, t := range ts {
+		if t.done == len(t.items) || t.back {
+			continue
+		}
+		err := l.handOver(ctx, []*taken{t})
+		if !consumer.IsRecordFault(err) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for t.done < len(t.items) && !t.back {
+			one := &taken{s: t.s, key: t.key, items: t.items[t.done : t.done+1], rows: t.rows[t.done : t.done+1], marker: t.marker}
+			err := l.handOver(ctx, []*taken{one})
+			switch {
+			case consumer.IsRecordFault(err):
+				if err := l.produceDeadLetters(ctx, []*kgo.Record{one.items[0].rec.rec},
+					[]string{"PostgreSQL refused the record: " + err.Error()}); err != nil {
+					return err
+				}
+				if t.marker != nil {
+					// The stream stays parked without the refused row.
+					if err := l.handOver(ctx, []*taken{{s: t.s, key: t.key, marker: t.marker}}); err != nil {
+						return err
+					}
+				}
+			case err != nil:
+				return err
+			case one.back:
+				t.back = true
+				continue
+			}
+			t.marker = nil // written: the rest are appends
+			t.done++
+		}
+	}
+	return nil
 }
 
 func eventOf(it *item) store.Event {
@@ -929,21 +1012,13 @@ func (l *Lane) maintainPartitions(ctx context.Context) error {
 // deadLetter produces unreadable records to "<topic>.dlq" (as the consumer
 // does), retrying until acknowledged, then settles them.
 func (l *Lane) deadLetter(ctx context.Context, bad []*kgo.Record) {
-	out := make([]*kgo.Record, len(bad))
+	reasons := make([]string, len(bad))
 	for i, r := range bad {
 		_, err := contract.Decode(r)
-		reason := err.Error()
-		hs := append(slices.Clone(r.Headers),
-			kgo.RecordHeader{Key: contract.HeaderDLQReason, Value: []byte(reason)},
-			kgo.RecordHeader{Key: contract.HeaderDLQTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: contract.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: contract.HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		)
-		out[i] = &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
-		l.log.WarnContext(ctx, "record dead-lettered", "reason", reason, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		reasons[i] = err.Error()
 	}
 	err := service.Retry(ctx, service.Wait{Name: "produce dead letters", Logger: l.log, LogEvery: 10 * time.Second},
-		func(ctx context.Context) error { return l.client.ProduceSync(ctx, out...).FirstErr() })
+		func(ctx context.Context) error { return l.produceDeadLetters(ctx, bad, reasons) })
 	if err != nil {
 		return // shutdown: not settled, read again
 	}
@@ -958,4 +1033,21 @@ func (l *Lane) deadLetter(ctx context.Context, bad []*kgo.Record) {
 			}
 		}
 	}
+}
+
+// produceDeadLetters produces recs to "<topic>.dlq" with the consumer's
+// headers and waits for the acknowledgements.
+func (l *Lane) produceDeadLetters(ctx context.Context, recs []*kgo.Record, reasons []string) error {
+	out := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		hs := append(slices.Clone(r.Headers),
+			kgo.RecordHeader{Key: contract.HeaderDLQReason, Value: []byte(reasons[i])},
+			kgo.RecordHeader{Key: contract.HeaderDLQTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: contract.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: contract.HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		)
+		out[i] = &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+		l.log.WarnContext(ctx, "record dead-lettered", "reason", reasons[i], "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+	}
+	return l.client.ProduceSync(ctx, out...).FirstErr()
 }

@@ -1,11 +1,18 @@
 package fastlane
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/testkit"
 	"github.com/outboxbridge/bridge/internal/webhooktest"
 )
@@ -173,4 +180,49 @@ func TestFastLaneRestartLosesNothing(t *testing.T) {
 	w.lane(t, nil)
 	w.waitAccepted(t, want, 60*time.Second)
 	w.checkClean(t)
+}
+
+// A parked stream whose next record PostgreSQL refuses (a \u0000 in its
+// JSON, which jsonb rejects): the hand-over isolates it, dead-letters it to
+// "<topic>.dlq", and the rest of the stream goes behind the parked head and
+// out in order; the offset is not held.
+func TestFastLaneDeadLettersARecordPostgreSQLRefusesAtHandOver(t *testing.T) {
+	w := newWorld(t, 2, 1)
+	w.recv.Gapless = false // the refused event is a gap
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if e := r.Envelope; *e.AssetID == "asset-001" && *e.AssetSeq == 1 && r.Attempt <= 2 {
+			return http.StatusInternalServerError, 0
+		}
+		return http.StatusNoContent, 0
+	}
+	w.lane(t, nil)
+	w.slowLane(t, nil)
+	asset := "asset-001"
+	var recs []*kgo.Record
+	for seq := int64(1); seq <= 5; seq++ {
+		payload := fmt.Appendf(nil, `{"n":%d}`, seq)
+		if seq == 2 {
+			payload = []byte(`{"n":"\u0000"}`)
+		}
+		recs = append(recs, contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: w.topic, AssetID: &asset,
+			AssetSeq: seq, EventType: "asset.updated", Payload: payload, CreatedAt: time.Now()}))
+	}
+	// The head's failure must park the stream before seq 2 could be sent:
+	// all five are produced at once and queue behind the head.
+	if err := w.producer.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	w.waitAccepted(t, 4, 60*time.Second)
+	w.checkClean(t)
+	dlq := kafkatest.ConsumeAll(t, w.brokers, w.topic+contract.DeadLetterSuffix, 1, 30*time.Second)
+	if got := string(dlq[0].Value); got != string(recs[1].Value) {
+		t.Fatalf("dead letter %q, want the refused record %q", got, recs[1].Value)
+	}
+	testkit.Eventually(t, 10*time.Second, func() string {
+		c, end := w.committed(t)
+		return testkit.Unless(c == end, "committed %d of end %d", c, end)
+	})
+	if n := w.count(t, `SELECT count(*)::int FROM bridge.deliveries WHERE asset_seq = 2`); n != 0 {
+		t.Errorf("%d rows of the refused record", n)
+	}
 }
