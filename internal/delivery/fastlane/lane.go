@@ -38,10 +38,12 @@ type Lane struct {
 	log    *slog.Logger
 
 	mu sync.Mutex
-	// work wakes the workers (a stream is ready) and the hand-over service
-	// (a stream has rows for the slow lane); idle wakes whoever waits for
-	// requests or hand-overs to end (revoke, shutdown, the memory bound).
-	work, idle *sync.Cond
+	// work wakes the workers (a stream is ready), hand the hand-over
+	// service (a stream has rows for the slow lane) — two conditions, so a
+	// signal for one is never taken by the other; idle wakes whoever waits
+	// for requests or hand-overs to end (revoke, shutdown, the memory
+	// bound).
+	work, hand, idle *sync.Cond
 	routes     []route
 	parts      map[topicPartition]*partition
 	streams    map[streamKey]*stream
@@ -181,6 +183,7 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 		forgive:    map[string]bool{},
 	}
 	l.work = sync.NewCond(&l.mu)
+	l.hand = sync.NewCond(&l.mu)
 	l.idle = sync.NewCond(&l.mu)
 	opts := slices.Clone(kafkaOpts)
 	opts = append(opts, topicOpts...)
@@ -396,7 +399,7 @@ func (l *Lane) toSlowLane(s *stream, it *item) {
 	if !s.handing && !s.inHandQ {
 		s.inHandQ = true
 		l.handQ = append(l.handQ, s)
-		l.work.Broadcast()
+		l.hand.Signal()
 	}
 }
 
@@ -616,8 +619,8 @@ func (l *Lane) handOverService(ctx context.Context) {
 	for {
 		l.mu.Lock()
 		for len(l.handQ) == 0 && ctx.Err() == nil {
-			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.work.Broadcast(); l.mu.Unlock() })
-			l.work.Wait()
+			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.hand.Broadcast(); l.mu.Unlock() })
+			l.hand.Wait()
 			stop()
 		}
 		if ctx.Err() != nil {
