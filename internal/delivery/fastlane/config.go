@@ -35,6 +35,14 @@ type Config struct {
 	// MaxBufferedBytes bounds the record bytes held in memory (polled and
 	// not yet settled and committed); polling waits above it. Default 64 MiB.
 	MaxBufferedBytes int64
+	// IsolateAfter: a subscription whose request for one of a partition's
+	// oldest records has been in flight this long (a slow endpoint) is
+	// handed to the slow lane as a whole on that partition (isolation: the
+	// others' offset and memory do not wait for it). Default 2s.
+	IsolateAfter time.Duration
+	// IsolationPeriod: how long an isolated subscription's new streams on
+	// the partition start in the slow lane. Default 30s.
+	IsolationPeriod time.Duration
 	// CommitInterval: how often settled offsets are committed. Default 200ms.
 	CommitInterval time.Duration
 	// RefreshInterval: how often subscriptions and park markers are read
@@ -78,6 +86,8 @@ func (c Config) withDefaults() Config {
 		c.RetrySchedule = delivery.DefaultRetrySchedule
 	}
 	c.MaxBufferedBytes = cmp.Or(c.MaxBufferedBytes, 64<<20)
+	c.IsolateAfter = cmp.Or(c.IsolateAfter, 2*time.Second)
+	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
 	c.CommitInterval = cmp.Or(c.CommitInterval, 200*time.Millisecond)
 	c.RefreshInterval = cmp.Or(c.RefreshInterval, time.Second)
 	c.LogInterval = cmp.Or(c.LogInterval, 50*time.Millisecond)

@@ -44,9 +44,9 @@ type Lane struct {
 	// for requests or hand-overs to end (revoke, shutdown, the memory
 	// bound).
 	work, hand, idle *sync.Cond
-	routes     []route
-	parts      map[topicPartition]*partition
-	streams    map[streamKey]*stream
+	routes           []route
+	parts            map[topicPartition]*partition
+	streams          map[streamKey]*stream
 	// parkedKeys is the last read of bridge.delivery_parks: a stream seen
 	// for the first time starts parked if its key is here.
 	parkedKeys map[streamKey]bool
@@ -111,6 +111,9 @@ type partition struct {
 	// repeats it (the relay produced it twice in a row) is dropped.
 	lastDedup string
 	committed int64 // -1: nothing committed by this member yet
+	// isolated: subscriptions handed to the slow lane as a whole on this
+	// partition, until the time given (see isolate).
+	isolated map[string]time.Time
 }
 
 // record is a polled record and how many of its deliveries are not yet
@@ -121,11 +124,16 @@ type record struct {
 	msg     contract.Message
 	pending int
 	bytes   int64
+	polled  time.Time
+	// items are its deliveries (isolation looks for the subscriptions that
+	// hold an old record unsettled).
+	items []*item
 }
 
 type item struct {
-	rec *record
-	sub string
+	rec     *record
+	sub     string
+	settled bool
 }
 
 // stream is one (subscription, asset) stream's state. Either it is in the
@@ -136,13 +144,17 @@ type stream struct {
 	key     streamKey
 	fast    []*item
 	sending bool
-	queued  bool // in ready or in its subscription's waiting list
+	sentAt  time.Time // when the head in flight was sent
+	queued  bool      // in ready or in its subscription's waiting list
 	parked  bool
 	// handing: a hand-over of this stream is being written; toPG collects
 	// what arrives meanwhile.
 	handing bool
 	inHandQ bool
 	toPG    []*item
+	// parkAfterHead: the stream's subscription was isolated while its head
+	// was in flight; once the head settles, the rest is handed over.
+	parkAfterHead bool
 	// lastHand is handGen when its last hand-over finished.
 	lastHand uint64
 	// park, when set, is the park the next hand-over writes: the marker, and
@@ -255,6 +267,9 @@ func (l *Lane) Run(ctx context.Context) error {
 			Timeout: time.Minute, Logger: l.log}, l.maintainPartitions)
 	})
 	services.Go(func() {
+		service.Every(bg, service.Loop{Name: "isolate slow subscriptions", Interval: l.cfg.CommitInterval, Logger: l.log}, l.isolateSlow)
+	})
+	services.Go(func() {
 		service.Every(bg, service.Loop{Name: "sweep park markers", Interval: time.Minute, Timeout: 30 * time.Second,
 			Logger: l.log}, func(ctx context.Context) error { _, err := l.store.SweepParks(ctx, 1000); return err })
 	})
@@ -339,7 +354,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 		return true // already held
 	}
 	msg, err := contract.Decode(r)
-	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200)}
+	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
 	l.buffered += rec.bytes
 	l.stats.records.Add(1)
@@ -353,10 +368,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 		return true
 	}
 	p.lastDedup = msg.DedupID
-	asset := ""
-	if msg.AssetID != nil {
-		asset = *msg.AssetID
-	}
+	asset := assetKey(&msg)
 	for i := range l.routes {
 		rt := &l.routes[i]
 		if !rt.filter.Matches(r.Topic, msg.EventType) {
@@ -365,8 +377,15 @@ func (l *Lane) take(r *kgo.Record) bool {
 		rec.pending++
 		s := l.stream(streamKey{rt.ID, asset})
 		it := &item{rec: rec, sub: rt.ID}
+		rec.items = append(rec.items, it)
 		switch {
 		case s.parked:
+			l.toSlowLane(s, it)
+		case !s.sending && len(s.fast) == 0 && p.isolated[rt.ID].After(rec.polled):
+			// The subscription is isolated on this partition: a stream of
+			// it that is idle here starts in the slow lane.
+			s.parked = true
+			s.park = &parkInfo{}
 			l.toSlowLane(s, it)
 		case rt.RateLimit > 0:
 			// A rate limit holds across every replica only where one place
@@ -380,6 +399,14 @@ func (l *Lane) take(r *kgo.Record) bool {
 		}
 	}
 	return true
+}
+
+// assetKey is the stream's asset key: coalesce(asset_id, ”).
+func assetKey(m *contract.Message) string {
+	if m.AssetID == nil {
+		return ""
+	}
+	return *m.AssetID
 }
 
 // stream returns the stream of key, creating it (parked if a marker says
@@ -429,6 +456,14 @@ func (l *Lane) settle(rec *record) {
 	rec.pending--
 }
 
+// settleItem counts it as settled. l.mu held.
+func (l *Lane) settleItem(it *item) {
+	if !it.settled {
+		it.settled = true
+		it.rec.pending--
+	}
+}
+
 // forget drops s if it holds nothing. l.mu held.
 func (l *Lane) forget(s *stream) {
 	if !s.parked && !s.sending && !s.queued && !s.handing && len(s.fast) == 0 && len(s.toPG) == 0 {
@@ -457,6 +492,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 			continue
 		}
 		s.sending = true
+		s.sentAt = time.Now()
 		it := s.fast[0]
 		rt := l.route(it.sub)
 		l.mu.Unlock()
@@ -497,7 +533,7 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		// same webhook-id. A deleted subscription's deliveries settle.
 		if rt == nil {
 			s.fast = s.fast[1:]
-			l.settle(it.rec)
+			l.settleItem(it)
 		}
 		l.schedule(s)
 		l.forget(s)
@@ -509,7 +545,7 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		// the record again (same webhook-id) unless this success was
 		// committed before the revoke finished.
 		if res.Success {
-			l.settle(it.rec)
+			l.settleItem(it)
 		}
 		s.fast = s.fast[1:]
 		l.schedule(s)
@@ -522,7 +558,11 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		l.forgive[it.sub] = true
 		s.fast[0] = nil
 		s.fast = s.fast[1:]
-		l.settle(it.rec)
+		l.settleItem(it)
+		if s.parkAfterHead {
+			s.parkAfterHead = false
+			l.parkRest(s)
+		}
 		l.schedule(s)
 		l.forget(s)
 		return
@@ -531,6 +571,7 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 	l.cfg.Metrics.Attempt(res.Outcome.StatusCode, res.Outcome.Duration, "retry")
 	// The head failed: the stream is parked, this delivery and every later
 	// one of the stream go to the slow lane, which retries on the schedule.
+	s.parkAfterHead = false
 	r := res
 	s.parked = true
 	s.park = &parkInfo{failure: &r, retryIn: delivery.RetryIn(l.cfg.RetrySchedule, 1, res)}
@@ -543,6 +584,83 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		l.log.Debug("stream parked: its head failed", "subscription_id", it.sub, "asset", s.key.asset,
 			"dedup_id", it.rec.msg.DedupID, "error", res.Outcome.Error, "queued", len(rest))
 	}
+}
+
+// parkRest hands every delivery s holds in the fast lane (none in flight)
+// to the slow lane, without an attempt. l.mu held.
+func (l *Lane) parkRest(s *stream) {
+	if len(s.fast) == 0 || s.sending {
+		return
+	}
+	s.parked = true
+	s.park = &parkInfo{}
+	rest := s.fast
+	s.fast = nil
+	for _, x := range rest {
+		l.toSlowLane(s, x)
+	}
+}
+
+// isolateSlow looks at every partition's oldest records: a subscription
+// whose request for one of them has been in flight for IsolateAfter (a slow
+// endpoint) is handed to the slow lane as a whole on that partition for
+// IsolationPeriod, so it stops holding the partition's offset and memory
+// for the other subscriptions.
+func (l *Lane) isolateSlow(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for _, p := range l.parts {
+		if p.revoked {
+			continue
+		}
+		var subs map[string]bool
+		for _, r := range p.recs {
+			if now.Sub(r.polled) < l.cfg.IsolateAfter {
+				break
+			}
+			for _, it := range r.items {
+				if it.settled || !p.isolated[it.sub].Before(now) {
+					continue
+				}
+				// Slow is a request of the subscription's in flight that
+				// long — not a delivery waiting for a worker, which is this
+				// member's capacity and the same for every subscription.
+				s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]
+				if s != nil && s.sending && len(s.fast) > 0 && s.fast[0] == it && now.Sub(s.sentAt) >= l.cfg.IsolateAfter {
+					if subs == nil {
+						subs = map[string]bool{}
+					}
+					subs[it.sub] = true
+				}
+			}
+		}
+		for sub := range subs {
+			l.isolate(ctx, p, sub, now)
+		}
+	}
+	return nil
+}
+
+// isolate hands sub's streams on p to the slow lane: at once for those with
+// nothing in flight, after the head for the others. l.mu held.
+func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time) {
+	p.isolated[sub] = now.Add(l.cfg.IsolationPeriod)
+	streams := 0
+	for key, s := range l.streams {
+		if key.sub != sub || s.parked || !slices.ContainsFunc(s.fast, func(it *item) bool { return it.rec.part == p }) {
+			continue
+		}
+		streams++
+		if s.sending {
+			s.parkAfterHead = true
+		} else {
+			l.parkRest(s)
+		}
+	}
+	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
+		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams,
+		"after", l.cfg.IsolateAfter, "for", l.cfg.IsolationPeriod)
 }
 
 // route returns the subscription id's route (nil: deleted). l.mu held.
@@ -695,7 +813,7 @@ func (l *Lane) handOverService(ctx context.Context) {
 				continue
 			}
 			for _, it := range t.items[:t.done] {
-				l.settle(it.rec)
+				l.settleItem(it)
 			}
 			l.stats.handedOver.Add(int64(t.done))
 			if t.back {
@@ -873,7 +991,7 @@ func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]i
 	for topic, ps := range added {
 		for _, id := range ps {
 			tp := topicPartition{topic, id}
-			l.parts[tp] = &partition{tp: tp, committed: -1}
+			l.parts[tp] = &partition{tp: tp, committed: -1, isolated: map[string]time.Time{}}
 		}
 	}
 	l.log.InfoContext(ctx, "partitions assigned", "partitions", added, "parked_streams", len(keys))

@@ -226,3 +226,36 @@ func TestFastLaneDeadLettersARecordPostgreSQLRefusesAtHandOver(t *testing.T) {
 		t.Errorf("%d rows of the refused record", n)
 	}
 }
+
+// One subscription answers in 2 s: it is isolated (handed to the slow lane
+// as a whole on each partition), so the partitions' offsets reach the end
+// of the topic long before its own deliveries are done, and every stream
+// stays in order.
+func TestFastLaneIsolatesASlowSubscription(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[0] {
+			return http.StatusNoContent, 2 * time.Second
+		}
+		return http.StatusNoContent, 0
+	}
+	l, _ := w.lane(t, func(c *Config) { c.IsolateAfter = 300 * time.Millisecond })
+	w.slowLane(t, nil)
+	as := assets(10)
+	w.produce(t, as, 5)
+	started := time.Now()
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, end := w.committed(t)
+		return testkit.Unless(c == end, "committed %d of end %d", c, end)
+	})
+	// The slow subscription's 10 streams × 5 events take ≥ 10 s one request
+	// at a time per stream; the offsets must not have waited for them.
+	if took := time.Since(started); took > 8*time.Second {
+		t.Errorf("offsets reached the end after %s: they waited for the slow subscription", took)
+	}
+	if st := l.Stats(); st.HandedOver == 0 {
+		t.Errorf("nothing handed to the slow lane: %+v", st)
+	}
+	w.waitAccepted(t, len(w.subs)*len(as)*5, 90*time.Second)
+	w.checkClean(t)
+}
