@@ -17,7 +17,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: fuzz all build services services-down chromium test vet test-go test-deploy bench demo clean
+.PHONY: fuzz all build services services-down chromium console-screenshots test vet test-go test-deploy bench demo clean
 
 all: build
 
@@ -39,6 +39,12 @@ chromium:
 		echo "installing chromium with apt-get" >&2; \
 		$$S env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
+
+# Regenerates docs/console/*.png with the console's browser tests, which
+# first check that each page still renders what docs/console.md says it does.
+console-screenshots: services chromium
+	env $(TEST_ENV) BRIDGE_CONSOLE_SCREENSHOTS='$(CURDIR)/docs/console' $(GO) test -count=1 -timeout 15m \
+		-run '^(TestConsoleInBrowser|TestConsoleActionsInBrowser)$$' ./internal/console/
 
 # ALONE_TESTS run after the rest of the suite, by themselves, because what
 # they bound is a time the machine's load stretches. The consumer group's

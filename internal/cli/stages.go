@@ -13,6 +13,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/relay"
 )
 
@@ -249,6 +250,19 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := rt.watchProgress(cfg, &progress.Watch{
+		Stage: "consume",
+		Count: func() int64 { return c.Stats().Records },
+		Waiting: func(context.Context) (string, error) {
+			if n := c.Held(); n > 0 {
+				return fmt.Sprintf("it holds %d polled records not stored yet", n), nil
+			}
+			return "", nil
+		},
+	}); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -264,7 +278,24 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.Metrics = rt.DeliveryMetrics
 	dc.OperationsTopic = cfg.Operations.Topic
 	dc.Keys = cfg.Secrets.Ring()
-	return delivery.NewDeliverer(rt.Pool, dc)
+	d, err := delivery.NewDeliverer(rt.Pool, dc)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.watchProgress(cfg, &progress.Watch{Stage: "deliver", Count: d.Progress, Waiting: d.Waiting}); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// watchProgress puts w on /readyz (READY_STALL_TIMEOUT) and its stall on
+// /metrics (bridge_stage_stalled_seconds).
+func (rt *runtime) watchProgress(cfg *config.Config, w *progress.Watch) error {
+	w.After = cfg.HTTP.ReadyStallTimeout
+	if rt.Ops != nil {
+		rt.Ops.AddCheck(w.Check())
+	}
+	return rt.observe(rt.Metrics.ObserveStall(w))
 }
 
 // newFastLane builds the deliverer's fast lane: a member of CONSUMER_GROUP

@@ -207,6 +207,11 @@ type HTTP struct {
 	// JAEGER_UI_URL: a Jaeger UI to link trace pages to (<url>/trace/<id>);
 	// empty: no link (the Jaeger scripts/services-up.sh builds has no UI).
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
+	// READY_STALL_TIMEOUT: a consumer or deliverer that made no progress
+	// for this long while work waits for it reports not ready on /readyz
+	// (check consume_progress or deliver_progress); 0 turns the check off.
+	// Default 5m.
+	ReadyStallTimeout time.Duration `env:"READY_STALL_TIMEOUT" envDefault:"5m"`
 }
 
 // HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
