@@ -15,6 +15,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
 // stage is one long-running part of the bridge as the command layer sees
@@ -215,11 +216,27 @@ func newRelay(cfg *config.Config, rt *runtime) (*relay.Relay, func(), error) {
 	rc.TracerProvider = rt.TracerProvider
 	rc.Metrics = rt.RelayMetrics
 	rc.OperationsTopic = cfg.Operations.Topic
+	reg, err := newSchemaRegistry(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if reg != nil {
+		rc.Values = reg
+	}
 	client, err := newProducer(cfg, rc)
 	if err != nil {
 		return nil, nil, err
 	}
 	return relay.New(rt.Pool, client, rc), client.Close, nil
+}
+
+// newSchemaRegistry is the registry that governs topics, nil when
+// SCHEMA_REGISTRY_URL is unset.
+func newSchemaRegistry(cfg *config.Config) (*schema.Registry, error) {
+	if cfg.Schemas.URL == "" {
+		return nil, nil
+	}
+	return schema.New(schema.Config{URL: cfg.Schemas.URL, RefreshInterval: cfg.Schemas.Refresh})
 }
 
 // newProducer builds the relay's Kafka client.
