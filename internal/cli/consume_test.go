@@ -32,3 +32,28 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 		})
 	}
 }
+
+// With the fast lane on, `bridge deliver` reads the topics; `bridge consume`
+// refuses at once, naming the variable, and `bridge deliver` refuses to run
+// without the topics it now reads.
+func TestFastLaneSettingsAreCheckedBeforeConnecting(t *testing.T) {
+	for name, tc := range map[string]struct{ cmd, topics, want string }{
+		"consume":                {"consume", "assets", "WEBHOOK_FAST_LANE"},
+		"deliver without topics": {"deliver", "", "CONSUMER_TOPICS is required"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable")
+			t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+			t.Setenv("CONSUMER_TOPICS", tc.topics)
+			t.Setenv("WEBHOOK_FAST_LANE", "true")
+			t.Setenv("BRIDGE_ALLOW_PLAINTEXT_SECRETS", "true")
+			var stdout, stderr bytes.Buffer
+			if code := Execute([]string{tc.cmd}, &stdout, &stderr); code != ExitUsage {
+				t.Fatalf("exit %d (stderr %q), want %d", code, stderr.String(), ExitUsage)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}

@@ -446,6 +446,13 @@ type Webhook struct {
 	// WEBHOOK_RETENTION: delivered deliveries (and their attempt log) older
 	// than this are deleted; dead ones are kept for revive. Default 168h.
 	Retention time.Duration `env:"WEBHOOK_RETENTION" envDefault:"168h"`
+	// WEBHOOK_FAST_LANE: deliver straight from the event topics: each
+	// `bridge deliver` joins CONSUMER_GROUP on CONSUMER_TOPICS and posts from
+	// memory; only streams whose head failed (and rate-limited
+	// subscriptions) go through bridge.deliveries. `bridge consume` is then
+	// not run (`bridge run` leaves it out). Requires KAFKA_BROKERS and
+	// CONSUMER_TOPICS. Default false.
+	FastLane bool `env:"WEBHOOK_FAST_LANE" envDefault:"false"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
