@@ -43,17 +43,6 @@ const getDeliverySQL = `SELECT ` + deliveryColumns + ` FROM bridge.deliveries d 
 // (`bridge deliveries show ID --payload`).
 const getPayloadSQL = `SELECT payload::text FROM bridge.deliveries WHERE id = $1`
 
-const deliveryExistsSQL = `SELECT EXISTS (SELECT 1 FROM bridge.deliveries WHERE id = $1)`
-
-// bridge.delivery_attempts -------------------------------------------------------
-
-const listAttemptsSQL = `
-SELECT attempt, started_at, duration_ms, status_code, coalesce(error, '') AS error,
-       coalesce(response_body, '') AS response_body, coalesce(trace_id, '') AS trace_id
-FROM bridge.delivery_attempts
-WHERE delivery_id = $1
-ORDER BY attempt, id`
-
 // ListParams filter and page the delivery log.
 type ListParams struct {
 	SubscriptionID string // "" any
@@ -149,18 +138,6 @@ func (s *DeliveryStore) Payload(ctx context.Context, id int64) ([]byte, error) {
 	return []byte(p), nil
 }
 
-// Attempts returns a delivery's attempt log, oldest first.
-func (s *DeliveryStore) Attempts(ctx context.Context, id int64) ([]Attempt, error) {
-	var exists bool
-	if err := s.db.QueryRow(ctx, deliveryExistsSQL, id).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("read delivery %d: %w", id, err)
-	}
-	if !exists {
-		return nil, notFound("delivery", strconv.FormatInt(id, 10), pgx.ErrNoRows)
-	}
-	return statement.Select[Attempt](ctx, s.db, fmt.Sprintf("list attempts of delivery %d", id), listAttemptsSQL, id)
-}
-
 // Delivery is a delivery as the log shows it: never the payload.
 type Delivery struct {
 	ID             int64      `json:"id" db:"id"`
@@ -187,6 +164,9 @@ type Delivery struct {
 
 // Attempt is one HTTP attempt, as logged.
 type Attempt struct {
+	// Lane is the lane that made it: "fast" (bridge.webhook_attempts) or
+	// "slow" (bridge.delivery_attempts).
+	Lane         string    `json:"lane" db:"lane"`
 	Attempt      int       `json:"attempt" db:"attempt"`
 	StartedAt    time.Time `json:"started_at" db:"started_at"`
 	DurationMS   float64   `json:"duration_ms" db:"duration_ms"`

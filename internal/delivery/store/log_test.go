@@ -10,7 +10,7 @@ import (
 // real delivery in the delivery package's TestLogNeverReturnsPayloads).
 func TestLogQueriesNeverReadThePayload(t *testing.T) {
 	t.Parallel()
-	for name, q := range map[string]string{"list": listDeliveriesSQL, "get": getDeliverySQL, "attempts": listAttemptsSQL} {
+	for name, q := range map[string]string{"list": listDeliveriesSQL, "get": getDeliverySQL, "attempts": attemptLogSQL, "attempt key": attemptKeySQL} {
 		if strings.Contains(q, "payload") {
 			t.Errorf("the %s query reads the payload column", name)
 		}
