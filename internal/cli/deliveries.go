@@ -118,31 +118,64 @@ func parseDeliveryID(s string) (int64, error) {
 
 func newDeliveriesAttemptsCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:     "attempts ID",
-		Short:   "Every HTTP attempt of a delivery: time, duration, status, error, first 1 KiB of the response",
-		Example: `  bridge deliveries attempts 1234 -o json`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "attempts ID | --subscription SUB --event EVENT_ID [--limit N] [--cursor CURSOR]",
+		Short: "Every HTTP attempt of a delivery, either lane: time, duration, status, error, first 1 KiB of the response",
+		Long: `Every HTTP attempt of one delivery, oldest first, whichever lane made it
+(LANE "fast": bridge.webhook_attempts; "slow": bridge.delivery_attempts).
+By delivery id, or by subscription and event id (the webhook-id): a delivery
+the fast lane made without ever failing has no delivery id.`,
+		Example: `  bridge deliveries attempts 1234 -o json
+  bridge deliveries attempts --subscription 3f0c6a52-… --event 01J9ZP…`,
+		Args: cobra.MaximumNArgs(1),
 	}
+	sub := c.Flags().String("subscription", "", "the delivery's subscription (with --event)")
+	event := c.Flags().String("event", "", "the delivery's event id, its webhook-id (with --subscription)")
+	limit := c.Flags().Int("limit", 100, "attempts per page (1-1000)")
+	cursor := c.Flags().String("cursor", "", "next_cursor of the previous page")
 	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
-		id, err := parseDeliveryID(args[0])
-		if err != nil {
-			return err
-		}
-		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
-			as, err := store.NewDeliveryStore(pool).Attempts(cmd.Context(), id)
+		p := store.AttemptLogParams{SubscriptionID: *sub, EventID: *event, Limit: *limit, After: *cursor}
+		switch {
+		case len(args) == 1 && (*sub != "" || *event != ""):
+			return UsageErrorf("give a delivery id or --subscription and --event, not both")
+		case len(args) == 1:
+			id, err := parseDeliveryID(args[0])
 			if err != nil {
 				return err
 			}
-			if out == "json" {
-				return printList(cmd.OutOrStdout(), as, "")
+			p.DeliveryID = id
+		case *sub == "" || *event == "":
+			return UsageErrorf("give a delivery id, or both --subscription and --event")
+		}
+		return withWebhookDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) error {
+			page, err := store.NewDeliveryStore(pool).AttemptLog(cmd.Context(), p)
+			if err != nil {
+				return err
 			}
-			rows := make([][]string, len(as))
-			for i, a := range as {
-				rows[i] = []string{strconv.Itoa(a.Attempt), a.StartedAt.UTC().Format(time.RFC3339Nano),
+			w := cmd.OutOrStdout()
+			if out == "json" {
+				return printList(w, page.Attempts, page.NextCursor)
+			}
+			rows := make([][]string, len(page.Attempts))
+			for i, a := range page.Attempts {
+				rows[i] = []string{strconv.Itoa(a.Attempt), a.Lane, a.StartedAt.UTC().Format(time.RFC3339Nano),
 					(time.Duration(a.DurationMS * float64(time.Millisecond))).Round(time.Microsecond).String(),
 					intText(a.StatusCode), oneLineCut(a.Error, 80), oneLineCut(a.ResponseBody, 80)}
 			}
-			return printTable(cmd.OutOrStdout(), []string{"ATTEMPT", "STARTED", "DURATION", "STATUS", "ERROR", "RESPONSE"}, rows)
+			if err := printTable(w, []string{"ATTEMPT", "LANE", "STARTED", "DURATION", "STATUS", "ERROR", "RESPONSE"}, rows); err != nil {
+				return err
+			}
+			if page.NextCursor != "" {
+				next := []string{"bridge", "deliveries", "attempts"}
+				next = append(next, args...)
+				for _, f := range []string{"subscription", "event", "limit"} {
+					if cmd.Flags().Changed(f) {
+						next = append(next, "--"+f, shellQuote(cmd.Flags().Lookup(f).Value.String()))
+					}
+				}
+				next = append(next, "--cursor", page.NextCursor)
+				fmt.Fprintf(w, "\nmore: %s\n", strings.Join(next, " "))
+			}
+			return nil
 		})
 	})
 	return c
