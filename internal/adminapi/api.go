@@ -179,6 +179,7 @@ func (a *adminAPI) routeTable() []route {
 		{"GET /api/v1/deliveries", a.listDeliveries},
 		{"GET /api/v1/deliveries/{id}", a.getDelivery},
 		{"GET /api/v1/deliveries/{id}/attempts", a.deliveryAttempts},
+		{"GET /api/v1/attempts", a.listAttempts},
 		{"POST /api/v1/deliveries/revive", a.reviveDeliveries},
 		{"POST /api/v1/deliveries/recover", a.recoverDeliveries},
 		{"GET /api/v1/schemas", a.listSchemas},

@@ -63,19 +63,57 @@ func (a *adminAPI) getDelivery(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// deliveryAttempts pages one delivery's attempt log over both lanes, oldest
+// first (a parked delivery's fast-lane attempt included).
 func (a *adminAPI) deliveryAttempts(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, deliveryID)
+	_, limit, after, err := pageQuery(r, cursorAttempts)
 	if err != nil {
 		return err
 	}
-	attempts, err := a.deliveries.Attempts(r.Context(), id)
+	id, err := deliveryID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if attempts == nil {
-		attempts = []store.Attempt{}
+	return a.attemptPage(w, r, store.AttemptLogParams{DeliveryID: id, Limit: limit, After: after})
+}
+
+// listAttempts pages the attempt log of (subscription, event id) over both
+// lanes: the key of a delivery the fast lane made without a delivery row.
+func (a *adminAPI) listAttempts(w http.ResponseWriter, r *http.Request) error {
+	q, limit, after, err := pageQuery(r, cursorAttempts, "subscription", "event")
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, List[store.Attempt]{Items: attempts})
+	p := store.AttemptLogParams{SubscriptionID: q.Get("subscription"), EventID: q.Get("event"), Limit: limit, After: after}
+	if p.SubscriptionID == "" {
+		return badRequest("subscription", "is required (with event)")
+	}
+	if p.EventID == "" {
+		return badRequest("event", "is required (with subscription)")
+	}
+	if _, err := store.ParseID(p.SubscriptionID); err != nil {
+		return badRequest("subscription", fmt.Sprintf("%q is not a UUID", p.SubscriptionID))
+	}
+	return a.attemptPage(w, r, p)
+}
+
+func (a *adminAPI) attemptPage(w http.ResponseWriter, r *http.Request, p store.AttemptLogParams) error {
+	page, err := a.deliveries.AttemptLog(r.Context(), p)
+	if err != nil {
+		var ve *store.ValidationError
+		if errors.As(err, &ve) && ve.Field == "cursor" {
+			return badRequest("cursor", "is not a next_cursor returned by this list")
+		}
+		return err
+	}
+	out := List[store.Attempt]{Items: page.Attempts}
+	if out.Items == nil {
+		out.Items = []store.Attempt{}
+	}
+	if page.NextCursor != "" {
+		out.NextCursor = encodeCursor(cursorAttempts, page.NextCursor)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

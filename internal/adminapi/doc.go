@@ -15,7 +15,8 @@
 //	POST   /api/v1/subscriptions/{id}/disable    {"reason":…} optional
 //	GET    /api/v1/deliveries                    ?subscription ?status ?asset ?limit ?cursor (never payloads)
 //	GET    /api/v1/deliveries/{id}
-//	GET    /api/v1/deliveries/{id}/attempts
+//	GET    /api/v1/deliveries/{id}/attempts      ?limit ?cursor (both lanes)
+//	GET    /api/v1/attempts                      ?subscription ?event ?limit ?cursor (both lanes)
 //	POST   /api/v1/deliveries/revive             {"ids":[…]} | {"subscription_id":…,"dead":true}
 //	POST   /api/v1/deliveries/recover            {"subscription_id":…,"since":…,"until":…} a window's dead ones
 //	GET    /openapi.json                         api/openapi.json (no token needed)

@@ -258,6 +258,7 @@ const (
 	cursorFailed        = "failed"
 	cursorSubscriptions = "subscriptions"
 	cursorDeliveries    = "deliveries"
+	cursorAttempts      = "attempts"
 )
 
 func encodeCursor(kind, position string) string {
