@@ -395,6 +395,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /ui/deliveries/recover", c.page(c.recoverConfirm))
 	c.mux.HandleFunc("POST /ui/deliveries/recover", c.page(c.recover))
 	c.mux.HandleFunc("GET /ui/deliveries/{id}", c.page(c.deliveryPage))
+	c.mux.HandleFunc("GET /ui/attempts", c.page(c.attemptsPage))
 	c.mux.HandleFunc("GET /ui/streams", c.page(c.streamPage))
 	c.mux.HandleFunc("GET /ui/trace/{id}", c.page(c.tracePage))
 	c.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {

@@ -18,8 +18,10 @@ type DeliveryReader interface {
 	List(ctx context.Context, p store.ListParams) (*store.Page, error)
 	// Get is one delivery; store.ErrNotFound when there is none.
 	Get(ctx context.Context, id int64) (*store.Delivery, error)
-	// Attempts is a delivery's attempt log, oldest first.
-	Attempts(ctx context.Context, id int64) ([]store.Attempt, error)
+	// AttemptLog pages a delivery's attempt log over both lanes, oldest
+	// first: by delivery id, or by (subscription, event id) for a delivery
+	// the fast lane made without a delivery row.
+	AttemptLog(ctx context.Context, p store.AttemptLogParams) (*store.AttemptPage, error)
 	// Payload is the one deliberate way to read a payload.
 	Payload(ctx context.Context, id int64) ([]byte, error)
 	// Traceparent is the W3C traceparent a delivery carries ("" if none).

@@ -551,7 +551,7 @@ func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	attempts, err := c.deliveries.Attempts(r.Context(), id)
+	attempts, err := c.deliveries.AttemptLog(r.Context(), store.AttemptLogParams{DeliveryID: id, Limit: attemptPageSize})
 	if err != nil {
 		return err
 	}
@@ -559,7 +559,7 @@ func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data := map[string]any{"D": d, "Attempts": attempts, "TraceID": jaegerquery.TraceIDOf(tp),
+	data := map[string]any{"D": d, "Attempts": attempts.Attempts, "TraceID": jaegerquery.TraceIDOf(tp),
 		"Live": d.Status == store.StatusPending || d.Status == store.StatusDelivering}
 	if r.URL.Query().Get("payload") == "1" {
 		p, err := c.deliveries.Payload(r.Context(), id)
@@ -571,7 +571,34 @@ func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) error {
 	if sub, err := c.subs.Get(r.Context(), d.SubscriptionID); err == nil {
 		data["URL"] = sub.URL
 	}
+	if attempts.NextCursor != "" {
+		data["MoreAttempts"] = href("/ui/attempts", nil, "subscription", d.SubscriptionID, "event", d.EventID, "cursor", attempts.NextCursor)
+	}
 	c.render(w, r, http.StatusOK, "delivery", "Delivery", data)
+	return nil
+}
+
+// attemptPageSize is the attempts per page of the console's attempt lists.
+const attemptPageSize = 100
+
+// attemptsPage is the attempt log of (subscription, event id), either lane,
+// oldest first, a page at a time: how to see the attempts of a delivery the
+// fast lane made without a delivery row.
+func (c *Console) attemptsPage(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	p := store.AttemptLogParams{SubscriptionID: q.Get("subscription"), EventID: q.Get("event"), Limit: attemptPageSize, After: q.Get("cursor")}
+	if p.SubscriptionID == "" || p.EventID == "" {
+		return errorStatus(http.StatusBadRequest, "subscription and event: both are required (a subscription id and an event id, the webhook-id)")
+	}
+	page, err := c.deliveries.AttemptLog(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	data := map[string]any{"Sub": p.SubscriptionID, "Event": p.EventID, "Attempts": page.Attempts}
+	if page.NextCursor != "" {
+		data["Next"] = href("/ui/attempts", nil, "subscription", p.SubscriptionID, "event", p.EventID, "cursor", page.NextCursor)
+	}
+	c.render(w, r, http.StatusOK, "attempts", "Attempts", data)
 	return nil
 }
 

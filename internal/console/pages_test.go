@@ -65,6 +65,7 @@ func TestEveryPageRendersEmpty(t *testing.T) {
 		"/ui/audit":                                                   "Nothing has been done yet",
 		"/ui/search":                                                  "is also its event",
 		"/ui/search?q=42":                                             "Nothing has the id",
+		"/ui/attempts?subscription=" + sub.ID + "&event=none":         "No attempt yet.",
 	} {
 		status, body := get(path)
 		if status != http.StatusOK && !(strings.HasSuffix(path, "/secret") && status == http.StatusGone) {
