@@ -97,10 +97,11 @@ VALUES ($1, 2, $2, 7, NULL, 'connection refused'), ($1, 3, $3, 4, 204, NULL)`, i
 	want := []Attempt{fast[0],
 		{Lane: LaneSlow, Attempt: 2, StartedAt: slowAt, DurationMS: 7, Error: "connection refused"},
 		{Lane: LaneSlow, Attempt: 3, StartedAt: slowAt.Add(time.Second), DurationMS: 4, StatusCode: &ok}}
-	got, err := b.store.Attempts(ctx, id)
+	byID, err := b.store.AttemptLog(ctx, AttemptLogParams{DeliveryID: id, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := byID.Attempts
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -121,7 +122,7 @@ VALUES ($1, 2, $2, 7, NULL, 'connection refused'), ($1, 3, $3, 4, 204, NULL)`, i
 
 func TestAttemptLogRefusesBadSelectors(t *testing.T) {
 	b, ctx := setup(t)
-	if _, err := b.store.Attempts(ctx, 987654321); !errors.Is(err, ErrNotFound) {
+	if _, err := b.store.AttemptLog(ctx, AttemptLogParams{DeliveryID: 987654321, Limit: 1}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown delivery: %v, want ErrNotFound", err)
 	}
 	for _, p := range []AttemptLogParams{
