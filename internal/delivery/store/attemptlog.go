@@ -147,3 +147,21 @@ func (s *DeliveryStore) AttemptLog(ctx context.Context, p AttemptLogParams) (*At
 	}
 	return page, nil
 }
+
+// Attempts returns a delivery's whole attempt log over both lanes, oldest
+// first: AttemptLog's pages, followed to the end.
+func (s *DeliveryStore) Attempts(ctx context.Context, id int64) ([]Attempt, error) {
+	var all []Attempt
+	p := AttemptLogParams{DeliveryID: id, Limit: 1000}
+	for {
+		page, err := s.AttemptLog(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Attempts...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		p.After = page.NextCursor
+	}
+}
