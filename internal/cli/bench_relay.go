@@ -162,6 +162,8 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 			{"commit→ack by relay state", details(res.LatencyDetail, res.LatencySlowDetail)},
 			{"produce requests meanwhile", fmt.Sprintf("%d, round trip p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs)},
 			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
+			{"outbox row writes while draining", fmt.Sprintf("%.2f UPDATEs and %.2f DELETEs per event, %d dead tuples at the end",
+				res.OutboxUpdatesPerEvent, res.OutboxDeletesPerEvent, res.OutboxDeadTuples)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
 		return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)

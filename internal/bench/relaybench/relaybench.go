@@ -116,6 +116,13 @@ type Result struct {
 	// which must be 0.
 	Verified        int `json:"verified_records"`
 	OrderViolations int `json:"order_violations"`
+	// The outbox tables' row writes over the drain, from
+	// pg_stat_user_tables (read once the relays' counters are flushed):
+	// UPDATEs and DELETEs per drained event, and the dead tuples left at
+	// its end.
+	OutboxUpdatesPerEvent float64 `json:"outbox_updates_per_event"`
+	OutboxDeletesPerEvent float64 `json:"outbox_deletes_per_event"`
+	OutboxDeadTuples      int64   `json:"outbox_dead_tuples"`
 }
 
 // acks counts the broker's acknowledgements the relay's clients receive, per
@@ -250,6 +257,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 
 	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
 	heap := bench.WatchHeap(20 * time.Millisecond)
+	writesBefore, err := settledWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 
 	progress(fmt.Sprintf("draining with %d relay replica(s)", o.Replicas))
 	claims := &durations{}
@@ -308,6 +319,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.DrainRate = float64(o.Events) / res.DrainSeconds
 	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs = claims.percentiles()
+	writesAfter, err := settledWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if o.RelaysFirst {
+		// The fill ran after the first reading: its own writes are not the drain's.
+		writesAfter.Inserts -= int64(o.Events)
+	}
+	drained := writesAfter.Sub(writesBefore)
+	res.OutboxUpdatesPerEvent = float64(drained.Updates) / float64(o.Events)
+	res.OutboxDeletesPerEvent = float64(drained.Deletes) / float64(o.Events)
+	res.OutboxDeadTuples = drained.Dead
 
 	progress("reading the topic back to verify per-key order")
 	if res.Verified, res.OrderViolations, err = verifyOrder(ctx, kafkaOpts, topic, o.Events); err != nil {
@@ -333,6 +356,33 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs = lat.produceRequests()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
+}
+
+// settledWrites reads the outbox tables' row counters once every backend
+// has flushed its own (each does so at most once a second, when idle): two
+// equal readings 1.2 s apart, or the last one after 6 s.
+func settledWrites(ctx context.Context, pool *pgxpool.Pool) (outboxstore.Writes, error) {
+	last, err := outboxstore.TableWrites(ctx, pool)
+	if err != nil {
+		return last, err
+	}
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(1200 * time.Millisecond):
+		}
+		now, err := outboxstore.TableWrites(ctx, pool)
+		if err != nil {
+			return now, err
+		}
+		if now == last {
+			return now, nil
+		}
+		last = now
+	}
+	return last, nil
 }
 
 // waitLanesSpread waits until the relays hold every lane between them, each
