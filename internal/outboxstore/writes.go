@@ -17,8 +17,9 @@ SELECT coalesce(sum(n_tup_ins), 0)::bigint, coalesce(sum(n_tup_upd), 0)::bigint,
 FROM pg_stat_user_tables
 WHERE schemaname = 'bridge' AND relname = ANY($1::text[])`
 
-// outboxTables are the tables whose row writes count as the outbox's.
-var outboxTables = []string{"outbox"}
+// outboxTables are the tables whose row writes count as the outbox's: the
+// log's four tables and the held rows.
+var outboxTables = []string{"outbox_log_0", "outbox_log_1", "outbox_log_2", "outbox_log_3", "outbox_held"}
 
 // Writes are the outbox tables' cumulative row counters (pg_stat_user_tables).
 type Writes struct {

@@ -644,7 +644,7 @@ FROM w GROUP BY ROLLUP (minute)`
 // such read-back over a 5-minute run was still going after 10 minutes. The
 // tables are the bench's own (its scratch database), and the load is over.
 func stageLatencies(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([]minuteStages, error) {
-	if _, err := pool.Exec(ctx, "ANALYZE bridge.outbox, bridge.deliveries, bridge.delivery_attempts"); err != nil {
+	if _, err := pool.Exec(ctx, "ANALYZE bridge.outbox_log, bridge.outbox_held, bridge.deliveries, bridge.delivery_attempts"); err != nil {
 		return nil, fmt.Errorf("analyze before the stage latencies: %w", err)
 	}
 	rows, err := pool.Query(ctx, stageLatencySQL, from, to)
