@@ -1,7 +1,7 @@
 -- Why this exists: the relay must know how large a payload is before it reads
--- it. It used to read a whole batch of payloads and then check their sizes: 12
--- rows of 25 MB (over a 1 MB limit) took its memory from 35 MiB to 352 MiB
--- before they were parked, and a batch of enough of them would have killed
+-- it. Reading a whole batch of payloads and then checking their sizes lets
+-- 12 rows of 25 MB (over a 1 MB limit) take its memory to ten times its
+-- usual size before they are parked, and a batch of enough of them would have killed
 -- it — leaving them NEW, to be claimed again after every restart. Measuring
 -- the size in the claim (octet_length of the JSON text) would detoast and
 -- render every payload on every claim (~65 ms per 5 MB), so the size is

@@ -1,12 +1,11 @@
--- Why this exists: the relay's claim used to scan NEW rows from seq 0 every
+-- Why this exists: a claim that scans NEW rows from seq 0 every
 -- time it had caught up (and at least once per poll interval), because a row
 -- can become NEW below where the claim has already passed. Marking rows SENT
 -- leaves dead entries in outbox_new_by_seq, and while another session holds a
 -- transaction open (a long report, a forgotten psql) vacuum cannot remove
 -- them: every scan from 0 walked all rows marked since that transaction
--- began. Claim p99 went from 13.7 ms to 92 ms within one minute at 1,000
--- events/s, and would have kept growing for as long as the transaction
--- stayed open.
+-- began. Claim latency grows with it (docs/benchmarks.md, held snapshot)
+-- for as long as the transaction stays open.
 --
 -- The relay now scans from a floor: the lowest seq still NEW in its lanes.
 -- A row becomes NEW below that floor in exactly two ways, and both now say

@@ -21,7 +21,7 @@
 --
 -- Under REPEATABLE READ or SERIALIZABLE, a transaction whose snapshot is
 -- older than another writer's commit of the same asset now fails with
--- unique_violation on outbox_asset_seq (it used to fail with
+-- unique_violation on outbox_asset_seq (before this migration,
 -- serialization_failure on the counter row): either way it rolls back and
 -- nothing of it is published.
 

@@ -21,7 +21,7 @@
 -- Measured with pgbench (4 clients, synchronous_commit off so the CPU is
 -- the limit, bridge.enqueue_batch of 3 events a transaction, alternated):
 -- 1,971 / 2,162 transactions/s before this migration, 4,128 / 4,066 after
--- it (docs/performance.md, issue 12 session 12). The Down section restores
+-- it (docs/benchmarks.md). The Down section restores
 -- the previous bodies as they were.
 
 -- +goose Up

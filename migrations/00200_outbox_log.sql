@@ -351,6 +351,10 @@ BEGIN
   IF EXISTS (SELECT 1 FROM jsonb_each(headers) h WHERE jsonb_typeof(h.value) <> 'string') THEN
     RAISE EXCEPTION 'bridge.enqueue: every header value must be a JSON string' USING ERRCODE = '22023';
   END IF;
+  v_problem := bridge.check_event_bounds(topic, asset_id, event_type, headers);
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION 'bridge.enqueue: %', v_problem USING ERRCODE = '22023';
+  END IF;
   IF v_traceparent IS NOT NULL AND NOT bridge.traceparent_ok(v_traceparent) THEN
     RAISE WARNING 'bridge.enqueue: dropping malformed traceparent %', quote_literal(v_traceparent);
     v_traceparent := NULL;
@@ -421,13 +425,15 @@ BEGIN
              'headers must be a JSON object of strings, got ' || jsonb_typeof(u.h)
            WHEN u.h IS NOT NULL AND EXISTS (SELECT 1 FROM jsonb_each(u.h) x WHERE jsonb_typeof(x.value) <> 'string') THEN
              'every header value must be a JSON string'
+           ELSE bridge.check_event_bounds(u.t, u.a, u.e, u.h)
          END
   INTO v_ord, v_problem
-  FROM unnest(topics, event_types, payloads, headers) WITH ORDINALITY AS u(t, e, p, h, ord)
+  FROM unnest(topics, asset_ids, event_types, payloads, headers) WITH ORDINALITY AS u(t, a, e, p, h, ord)
   WHERE u.t IS NULL OR btrim(u.t) = '' OR bridge.topic_name_problem(u.t) IS NOT NULL
      OR u.e IS NULL OR btrim(u.e) = '' OR u.p IS NULL
      OR (u.h IS NOT NULL AND (jsonb_typeof(u.h) <> 'object'
                               OR EXISTS (SELECT 1 FROM jsonb_each(u.h) x WHERE jsonb_typeof(x.value) <> 'string')))
+     OR bridge.check_event_bounds(u.t, u.a, u.e, u.h) IS NOT NULL
   ORDER BY u.ord
   LIMIT 1;
   IF v_problem IS NOT NULL THEN

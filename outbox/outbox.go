@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxbridge/bridge/internal/eventbounds"
 	"github.com/outboxbridge/bridge/internal/topicname"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -86,6 +87,12 @@ func (e Event) validate() error {
 		return fmt.Errorf("%w: payload must not be empty (use the JSON literal null)", ErrInvalidEvent)
 	case !json.Valid(e.Payload):
 		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEvent)
+	}
+	// Every field that reaches an index has a bound (internal/eventbounds,
+	// the same as bridge.check_event_bounds): past it the event would be
+	// accepted here and refused by a later stage.
+	if err := eventbounds.Check(e.Topic, e.AssetID, e.EventType, e.Headers); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return nil
 }

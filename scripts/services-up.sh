@@ -77,7 +77,7 @@ PG_MAX_CONNECTIONS=300
 # its indexes), and max_wal_size = 1GB with checkpoint_timeout = 5min starts
 # a checkpoint every few minutes under load, after which every page written
 # is first logged whole (full-page images). These are the values a
-# production server of this size would start from (README.md says so for
+# production server of this size would start from (docs/configuration.md says so for
 # yours). shared_buffers needs a restart, the others a reload.
 PG_SETTINGS=(
 	"max_connections = $PG_MAX_CONNECTIONS"

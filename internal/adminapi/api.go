@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/api"
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
@@ -181,6 +182,15 @@ func (a *adminAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.routes.ServeHTTP(w, r)
+}
+
+// audit writes one action to the audit log. The action has happened: a
+// failure to record it is logged, not answered as the action's failure.
+func (a *adminAPI) audit(r *http.Request, action, target, scope string, rows int64) {
+	e := audit.Entry{Actor: audit.DigestID(a.tokenDigest), Via: audit.ViaAPI, Remote: audit.Remote(r), Action: action, Target: target, Scope: scope, Rows: rows}
+	if err := audit.Record(context.WithoutCancel(r.Context()), a.pool, e); err != nil {
+		a.log.ErrorContext(r.Context(), "audit log write failed", "action", action, "error", err)
+	}
 }
 
 func (a *adminAPI) authorized(r *http.Request) bool { return bearerMatches(r, a.tokenDigest) }

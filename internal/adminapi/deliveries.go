@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -138,6 +139,15 @@ func (a *adminAPI) reviveDeliveries(w http.ResponseWriter, r *http.Request) erro
 	}
 	if err != nil {
 		return err
+	}
+	if bySub {
+		a.audit(r, audit.DeliveriesReviveSub, *req.SubscriptionID, "all dead", int64(len(revived)))
+	} else {
+		target := ""
+		if len(req.IDs) == 1 {
+			target = strconv.FormatInt(req.IDs[0], 10)
+		}
+		a.audit(r, audit.DeliveriesRevive, target, fmt.Sprintf("%d ids", len(req.IDs)), int64(len(revived)))
 	}
 	if revived == nil {
 		revived = []int64{}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
@@ -86,6 +87,7 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 	}
 	var n int64
 	var skipped []outboxstore.NotReplayed
+	var action, target, scope string
 	if req.AllFailed {
 		var topic string
 		var since time.Duration
@@ -102,6 +104,13 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		n, err = outboxstore.ReplayAllFailed(r.Context(), a.pool, topic, since)
+		action, scope = audit.OutboxReplayMatching, "all FAILED"
+		if topic != "" {
+			scope += " topic=" + topic
+		}
+		if since > 0 {
+			scope += " failed within " + since.String()
+		}
 	} else {
 		ids, verr := parseUUIDs(req.IDs)
 		if verr != nil {
@@ -110,10 +119,15 @@ func (a *adminAPI) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 		var replayed []uuid.UUID
 		replayed, skipped, err = outboxstore.ReplayIDs(r.Context(), a.pool, ids)
 		n = int64(len(replayed))
+		action, scope = audit.OutboxReplayIDs, fmt.Sprintf("%d ids", len(ids))
+		if len(ids) == 1 {
+			target = ids[0].String()
+		}
 	}
 	if err != nil {
 		return err
 	}
+	a.audit(r, action, target, scope, n)
 	writeJSON(w, http.StatusOK, replayResponse{Replayed: n, NotReplayed: skipped})
 	return nil
 }

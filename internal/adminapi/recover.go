@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -65,6 +66,7 @@ func (a *adminAPI) recoverDeliveries(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
+	a.audit(r, audit.DeliveriesRecover, id, audit.WindowScope(win.Since, win.Until), int64(len(ids)))
 	writeJSON(w, http.StatusOK, recoverResponse{Recovered: len(ids), IDs: ids})
 	return nil
 }

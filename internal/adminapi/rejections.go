@@ -14,8 +14,8 @@ import (
 type AuthMetrics interface{ AuthFailure() }
 
 // rejectionLog logs rejected requests, at most one line per source address
-// per second. A 401 used to leave no trace at all, so a token guessed at or
-// a client with a stale token went unseen; one line per request would let
+// per second. A 401 that leaves no trace lets a token guessed at or a
+// client with a stale token go unseen; one line per request would let
 // the guesser fill the log instead. The line carries how many requests the
 // source had rejected since its previous line.
 type rejectionLog struct {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -130,6 +131,7 @@ func (a *adminAPI) createSubscription(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	a.audit(r, audit.SubscriptionCreate, sub.ID, "", 1)
 	w.Header().Set("Location", "/api/v1/subscriptions/"+sub.ID)
 	writeJSON(w, http.StatusCreated, sub)
 	return nil
@@ -164,6 +166,7 @@ func (a *adminAPI) updateSubscription(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	a.audit(r, audit.SubscriptionUpdate, sub.ID, "", 1)
 	writeJSON(w, http.StatusOK, withoutSecret(sub))
 	return nil
 }
@@ -175,17 +178,18 @@ func (a *adminAPI) deleteSubscription(w http.ResponseWriter, r *http.Request) er
 	if err := a.subs.Delete(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
+	a.audit(r, audit.SubscriptionDelete, r.PathValue("id"), "", 1)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 // rotateSecret answers with the new secret: the one time it is shown.
 func (a *adminAPI) rotateSecret(w http.ResponseWriter, r *http.Request) error {
-	return subscriptionAction(w, r, a.subs.RotateSecret, func(s *store.Subscription) *store.Subscription { return s })
+	return a.subscriptionAction(w, r, audit.SubscriptionRotate, a.subs.RotateSecret, func(s *store.Subscription) *store.Subscription { return s })
 }
 
 func (a *adminAPI) enableSubscription(w http.ResponseWriter, r *http.Request) error {
-	return subscriptionAction(w, r, a.subs.Enable, withoutSecret)
+	return a.subscriptionAction(w, r, audit.SubscriptionEnable, a.subs.Enable, withoutSecret)
 }
 
 // subscriptionAndBody starts a handler that changes the path's subscription
@@ -202,7 +206,7 @@ func subscriptionAndBody[T any](w http.ResponseWriter, r *http.Request, optional
 
 // subscriptionAction is POST /subscriptions/{id}/<action> for an action that
 // takes no input: act on the path's subscription, answer it as show gives it.
-func subscriptionAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string) (*store.Subscription, error),
+func (a *adminAPI) subscriptionAction(w http.ResponseWriter, r *http.Request, action string, act func(ctx context.Context, id string) (*store.Subscription, error),
 	show func(*store.Subscription) *store.Subscription) error {
 	if err := noInput(w, r); err != nil {
 		return err
@@ -211,6 +215,7 @@ func subscriptionAction(w http.ResponseWriter, r *http.Request, act func(ctx con
 	if err != nil {
 		return err
 	}
+	a.audit(r, action, sub.ID, "", 1)
 	writeJSON(w, http.StatusOK, show(sub))
 	return nil
 }
@@ -235,6 +240,7 @@ func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	a.audit(r, audit.SubscriptionDisable, sub.ID, "", 1)
 	writeJSON(w, http.StatusOK, withoutSecret(sub))
 	return nil
 }

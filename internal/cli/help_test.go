@@ -97,7 +97,7 @@ func TestHelpGroupsCommands(t *testing.T) {
 	groups := helpGroups(out)
 	want := map[string][]string{
 		"Run":     {"consume", "deliver", "demo", "relay", "run"},
-		"Operate": {"deliveries", "outbox", "secrets", "subscriptions"},
+		"Operate": {"audit", "deliveries", "outbox", "secrets", "subscriptions"},
 	}
 	for g, cmds := range want {
 		got := slices.Clone(groups[g])

@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
@@ -106,5 +108,53 @@ func TestCLIOutboxStatsFailedReplay(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || r.code != 1 || js.Replayed != 0 || len(js.NotReplayed) != 1 || js.NotReplayed[0].Reason != "no such outbox row" {
 		t.Fatalf("replay -o json of an unknown id: exit %d %+v (%v)\n%s", r.code, js, err, r.stdout)
+	}
+}
+
+// TestCLIAuditList: `bridge audit list` pages the audit log newest first by
+// cursor, in a table (with the next page's command) and as -o json; a bad
+// cursor is a usage error.
+func TestCLIAuditList(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for i := range 5 {
+		if err := audit.Record(ctx, db.Pool, audit.Entry{Actor: "token:0123abcd", Via: audit.ViaAPI, Remote: "192.0.2.7",
+			Action: audit.OutboxReplayMatching, Scope: fmt.Sprintf("topic=t%d", i), Rows: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"DATABASE_URL": db.URL}
+	var scopes []string
+	cursor := ""
+	for page := 0; page < 5; page++ {
+		args := []string{"audit", "list", "--limit", "2", "-o", "json"}
+		if cursor != "" {
+			args = append(args, "--cursor", cursor)
+		}
+		r := bridge(t, env, args...)
+		var l struct {
+			Items []audit.Entry `json:"items"`
+			Next  string        `json:"next_cursor"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &l) != nil {
+			t.Fatalf("audit list: exit %d, %q %q", r.code, r.stdout, r.stderr)
+		}
+		for _, e := range l.Items {
+			scopes = append(scopes, e.Scope)
+		}
+		if cursor = l.Next; cursor == "" {
+			break
+		}
+	}
+	if got := strings.Join(scopes, ","); got != "topic=t4,topic=t3,topic=t2,topic=t1,topic=t0" {
+		t.Fatalf("pages gave %s", got)
+	}
+	r := bridge(t, env, "audit", "list", "--limit", "2")
+	if r.code != 0 || !strings.Contains(r.stdout, "outbox.replay_matching") || !strings.Contains(r.stdout, "192.0.2.7") ||
+		!strings.Contains(r.stdout, "more: bridge audit list --limit 2 --cursor ") {
+		t.Fatalf("audit list table: %q %q", r.stdout, r.stderr)
+	}
+	if r := bridge(t, env, "audit", "list", "--cursor", "x"); r.code != 2 || !strings.Contains(r.stderr, "--cursor") {
+		t.Fatalf("bad cursor: exit %d, %q", r.code, r.stderr)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 )
 
-// Exit codes, documented in the README.
+// Exit codes, documented in docs/configuration.md.
 const (
 	ExitOK      = 0
 	ExitRuntime = 1

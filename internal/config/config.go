@@ -679,8 +679,8 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 // normalizeLists returns environ (nil: the process environment) with every
 // list variable (a field with an envSeparator) trimmed around its commas.
 // Every list is read alike: 'a, b' is a and b whether the items are CIDRs,
-// durations or topics (the duration parser used to refuse ' 2s' while the
-// CIDR list trimmed it), and an empty item ('a,,b', a trailing comma) is
+// durations or topics (one parser refusing ' 2s' while another trims it
+// would make the same text mean two things), and an empty item ('a,,b', a trailing comma) is
 // refused naming the variable instead of being kept or dropped silently.
 func normalizeLists(environ map[string]string) (map[string]string, error) {
 	if environ == nil {

@@ -36,12 +36,12 @@ var TracingVars = []string{
 }
 
 // configSource is config.go itself: the field comments are the one place
-// each variable is described, and the README table is generated from them.
+// each variable is described, and docs/configuration.md's table is generated from them.
 //
 //go:embed config.go
 var configSource string
 
-// VarDoc documents one variable, as the README's configuration table shows it.
+// VarDoc documents one variable, as docs/configuration.md's table shows it.
 type VarDoc struct {
 	Component   string // the Config field: Log, Database, …
 	Var         string
@@ -169,7 +169,7 @@ func hasOpt(opts, want string) bool {
 	return false
 }
 
-// MarkdownTable renders Docs as the README's configuration section: one
+// MarkdownTable renders Docs as docs/configuration.md's table: one
 // table per component, then the OpenTelemetry variables.
 func MarkdownTable() (string, error) {
 	comps, err := Docs()
@@ -178,7 +178,7 @@ func MarkdownTable() (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString("<!-- Generated from internal/config/config.go; edit the field comments there, then run\n")
-	b.WriteString("     go test ./internal/config -run TestREADMEConfigTable -update -->\n")
+	b.WriteString("     go test ./internal/config -run TestConfigurationDocTable -update -->\n")
 	for _, c := range comps {
 		fmt.Fprintf(&b, "\n**%s** — %s\n\n", c.Name, c.Doc)
 		b.WriteString("| Variable | Default | Description |\n|---|---|---|\n")
@@ -193,7 +193,7 @@ func MarkdownTable() (string, error) {
 			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Var, def, cell(v.Description))
 		}
 	}
-	b.WriteString("\n**Tracing** — the standard OpenTelemetry variables (see [docs/observability.md](docs/observability.md)); unset `OTEL_EXPORTER_OTLP_ENDPOINT`: no export, trace context still travels: ")
+	b.WriteString("\n**Tracing** — the standard OpenTelemetry variables (see [observability.md](observability.md)); unset `OTEL_EXPORTER_OTLP_ENDPOINT`: no export, trace context still travels: ")
 	for i, v := range TracingVars {
 		if i > 0 {
 			b.WriteString(", ")

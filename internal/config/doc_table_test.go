@@ -11,18 +11,19 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's configuration table from config.go")
+var update = flag.Bool("update", false, "rewrite docs/configuration.md's table from config.go")
 
 const (
 	tableStart = "<!-- config-table:start -->"
 	tableEnd   = "<!-- config-table:end -->"
 )
 
-// TestREADMEConfigTable fails when README.md's configuration table is not
-// what config.go's tags and comments generate. -update rewrites it (only
-// the text between the markers).
-func TestREADMEConfigTable(t *testing.T) {
-	readme := filepath.Join("..", "..", "README.md")
+// TestConfigurationDocTable fails when docs/configuration.md's table is not
+// what config.go's tags and comments generate: a variable in the code and
+// not in the doc, or in the doc and not in the code, or with another default
+// or description. -update rewrites it (only the text between the markers).
+func TestConfigurationDocTable(t *testing.T) {
+	readme := filepath.Join("..", "..", "docs", "configuration.md")
 	raw, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestREADMEConfigTable(t *testing.T) {
 	text := string(raw)
 	i, j := strings.Index(text, tableStart), strings.Index(text, tableEnd)
 	if i < 0 || j < i || strings.Count(text, tableStart) != 1 || strings.Count(text, tableEnd) != 1 {
-		t.Fatalf("README.md needs exactly one %s … %s pair, in that order", tableStart, tableEnd)
+		t.Fatalf("docs/configuration.md needs exactly one %s … %s pair, in that order", tableStart, tableEnd)
 	}
 	table, err := MarkdownTable()
 	if err != nil {
@@ -44,12 +45,12 @@ func TestREADMEConfigTable(t *testing.T) {
 		if err := os.WriteFile(readme, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Log("README.md configuration table rewritten")
+		t.Log("docs/configuration.md's table rewritten")
 		return
 	}
 	got := text[i+len(tableStart) : j]
-	t.Fatalf("README.md's configuration table differs from internal/config/config.go.\n"+
-		"Regenerate it with:\n\n    go test ./internal/config -run TestREADMEConfigTable -update\n\n"+
+	t.Fatalf("docs/configuration.md's table differs from internal/config/config.go.\n"+
+		"Regenerate it with:\n\n    go test ./internal/config -run TestConfigurationDocTable -update\n\n"+
 		"first difference:\n%s", firstDiff(got, "\n"+table))
 }
 
@@ -64,7 +65,7 @@ func firstDiff(got, want string) string {
 			wl = w[k]
 		}
 		if gl != wl {
-			return "  README:    " + gl + "\n  generated: " + wl
+			return "  doc:       " + gl + "\n  generated: " + wl
 		}
 	}
 	return "(whitespace only)"
@@ -190,5 +191,36 @@ type Config struct {
 	}
 	if _, err := DocumentedDefaultMismatches("empty.go", "package stage\ntype Config struct{ X int }\n"); err == nil {
 		t.Fatal("a source with nothing to check passed")
+	}
+}
+
+// envName is a backquoted name with a prefix of the bridge's variables.
+var envName = regexp.MustCompile("`((?:LOG|DATABASE|KAFKA|HTTP|ADMIN|JAEGER|RELAY|CONSUMER|WEBHOOK|BRIDGE|OTEL)_[A-Z0-9_]+)")
+
+// notBridgeVars are names with those prefixes that are not the bridge's
+// configuration: the test helpers' and scripts/services-up.sh's.
+var notBridgeVars = []string{"BRIDGE_TEST_JAEGER_OTLP", "BRIDGE_TEST_JAEGER_QUERY", "KAFKA_CLUSTER_BROKERS", "KAFKA_CLUSTER_PORTS", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT"}
+
+// TestDocsNameOnlyRealVariables: every variable the README and
+// docs/configuration.md name outside the generated table is one the code
+// reads, so renaming or removing a variable cannot leave prose pointing at
+// it.
+func TestDocsNameOnlyRealVariables(t *testing.T) {
+	t.Parallel()
+	known := append(Vars(), TracingVars...)
+	for _, doc := range []string{"README.md", filepath.Join("docs", "configuration.md"), filepath.Join("docs", "operations.md")} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if i, j := strings.Index(text, tableStart), strings.Index(text, tableEnd); i >= 0 && j > i {
+			text = text[:i] + text[j:]
+		}
+		for _, m := range envName.FindAllStringSubmatch(text, -1) {
+			if !slices.Contains(known, m[1]) && !slices.Contains(notBridgeVars, m[1]) {
+				t.Errorf("%s names %s, which no code reads (config.Vars, config.TracingVars)", doc, m[1])
+			}
+		}
 	}
 }

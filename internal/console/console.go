@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/adminapi"
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
@@ -56,6 +57,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// SampleEvery: the overview's figures are read this often. Default 5s.
 	SampleEvery time.Duration
+	// Deliveries is what the delivery pages read through; nil: the
+	// PostgreSQL delivery store on Pool.
+	Deliveries DeliveryReader
 }
 
 // FromConfig is the console's Config from the bridge configuration.
@@ -80,13 +84,18 @@ type Console struct {
 	auth       *adminapi.Authenticator
 	pool       *pgxpool.Pool
 	subs       *store.SubscriptionStore
-	deliveries *store.DeliveryStore
-	jaeger     *jaegerquery.Client
-	kafka      *kgo.Client
-	log        *slog.Logger
-	pages      map[string]*template.Template
-	mux        *http.ServeMux
-	sampler    *sampler
+	deliveries DeliveryReader
+	// actions is the delivery store the console's writes go through
+	// (revive, recover, test event).
+	actions *store.DeliveryStore
+	// actor is the admin token's id in the audit log.
+	actor   string
+	jaeger  *jaegerquery.Client
+	kafka   *kgo.Client
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	sampler *sampler
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -97,7 +106,22 @@ type session struct {
 	csrf    string
 	expires time.Time
 	flash   string
+	// handoff carries a secret from the POST that made it to the one page
+	// that shows it (Post/Redirect/Get): taken once, within handoffTTL.
+	handoff *secretHandoff
 }
+
+// secretHandoff is a signing secret on its way to the page that shows it.
+type secretHandoff struct {
+	sub     *store.Subscription
+	created bool
+	expires time.Time
+}
+
+// handoffTTL bounds how long a created or rotated secret waits in the
+// session for its page: the redirect follows at once, so a minute is ample,
+// and a secret never stays in memory longer than that.
+const handoffTTL = time.Minute
 
 // Mount mounts /ui/ on m when cfg.Token is set and starts the overview's
 // sampler; it returns nil (and mounts nothing) without a token. Close stops
@@ -111,6 +135,7 @@ func Mount(m Mounter, cfg Config) (*Console, error) {
 		return nil, err
 	}
 	m.Handle("/ui/", c)
+	m.Handle("GET /favicon.ico", http.HandlerFunc(serveFavicon))
 	m.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
 	c.log.Info("console mounted", "path", "/ui/", "jaeger_query_url", cfg.JaegerQueryURL)
 	return c, nil
@@ -124,12 +149,17 @@ func New(cfg Config) (*Console, error) {
 		cfg:        cfg,
 		pool:       cfg.Pool,
 		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
-		deliveries: store.NewDeliveryStore(cfg.Pool),
+		actions:    store.NewDeliveryStore(cfg.Pool),
+		deliveries: cfg.Deliveries,
+		actor:      audit.TokenID(cfg.Token),
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		mux:        http.NewServeMux(),
 	}
 	c.subs.Operations = cfg.OperationsTopic
+	if c.deliveries == nil {
+		c.deliveries = c.actions
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -236,6 +266,27 @@ func (c *Console) setFlash(s *session, msg string) {
 	c.mu.Unlock()
 }
 
+// handOff keeps sub (with its secret) in the session for the page that
+// shows it.
+func (c *Console) handOff(s *session, sub *store.Subscription, created bool) {
+	c.mu.Lock()
+	s.handoff = &secretHandoff{sub: sub, created: created, expires: time.Now().Add(handoffTTL)}
+	c.mu.Unlock()
+}
+
+// takeHandoff returns the session's secret for subscription id once, or
+// nil (none, another subscription's, or older than handoffTTL).
+func (c *Console) takeHandoff(s *session, id string) *secretHandoff {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := s.handoff
+	s.handoff = nil
+	if h == nil || h.sub.ID != id || time.Now().After(h.expires) {
+		return nil
+	}
+	return h
+}
+
 func (c *Console) takeFlash(s *session) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -324,11 +375,14 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /ui/outbox", c.page(c.outboxList))
 	c.mux.HandleFunc("GET /ui/outbox/replay", c.page(c.outboxReplayConfirm))
 	c.mux.HandleFunc("POST /ui/outbox/replay", c.page(c.outboxReplay))
+	c.mux.HandleFunc("GET /ui/search", c.page(c.search))
+	c.mux.HandleFunc("GET /ui/audit", c.page(c.auditPage))
 	c.mux.HandleFunc("GET /ui/outbox/{id}", c.page(c.outboxRow))
 	c.mux.HandleFunc("GET /ui/outbox/{id}/status", c.page(c.outboxRowStatus))
 	c.mux.HandleFunc("GET /ui/subscriptions", c.page(c.subscriptionList))
 	c.mux.HandleFunc("POST /ui/subscriptions", c.page(c.subscriptionCreate))
 	c.mux.HandleFunc("GET /ui/subscriptions/{id}", c.page(c.subscriptionPage))
+	c.mux.HandleFunc("GET /ui/subscriptions/{id}/secret", c.page(c.subscriptionSecret))
 	c.mux.HandleFunc("POST /ui/subscriptions/{id}/edit", c.page(c.subscriptionEdit))
 	c.mux.HandleFunc("POST /ui/subscriptions/{id}/rotate", c.page(c.subscriptionRotate))
 	c.mux.HandleFunc("POST /ui/subscriptions/{id}/enable", c.page(c.subscriptionEnable))
@@ -338,6 +392,8 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /ui/deliveries", c.page(c.deliveryList))
 	c.mux.HandleFunc("GET /ui/deliveries/revive", c.page(c.reviveConfirm))
 	c.mux.HandleFunc("POST /ui/deliveries/revive", c.page(c.revive))
+	c.mux.HandleFunc("GET /ui/deliveries/recover", c.page(c.recoverConfirm))
+	c.mux.HandleFunc("POST /ui/deliveries/recover", c.page(c.recover))
 	c.mux.HandleFunc("GET /ui/deliveries/{id}", c.page(c.deliveryPage))
 	c.mux.HandleFunc("GET /ui/streams", c.page(c.streamPage))
 	c.mux.HandleFunc("GET /ui/trace/{id}", c.page(c.tracePage))

@@ -2,8 +2,11 @@
 // /ui/ on the ops server (HTTP_ADDR), next to the admin API and with the
 // same token (ADMIN_TOKEN), for what an operator does when a subscriber
 // calls at 3 a.m.: see the pipeline (Overview), find and replay parked
-// outbox rows (Outbox), manage endpoints (Subscriptions), find and revive
-// dead deliveries (Deliveries), and read one event's trace (Trace).
+// outbox rows and see the NEW and SENT ones (Outbox), manage endpoints
+// (Subscriptions), find, revive and recover dead deliveries (Deliveries),
+// read one event's trace (Trace), find anything by its id (Search), and see
+// who did what (Audit log). docs/console.md describes every page and the
+// exact scope of every action.
 //
 // Shape: Go html/template pages with htmx (vendored, pinned:
 // static/htmx-2.0.8.min.js) for the parts that update themselves. Every
@@ -12,7 +15,14 @@
 // there is nothing to deploy and nothing fetched at run time.
 //
 // The console calls the same store functions as the admin API handlers
-// (internal/relay, internal/webhook) and has no SQL of its own.
+// (internal/outboxstore, internal/delivery/store) and has no SQL of its own;
+// it reads deliveries through DeliveryReader only, so it shows a delivery
+// the same whichever lane carried it. Every action is a POST answered by a
+// redirect (Post/Redirect/Get: a reload repeats nothing) and is written to
+// the audit log (internal/audit). Links with a query are built from
+// url.Values by one helper (link/href), never by pasting an encoded query
+// into a template, where html/template would escape it again and drop the
+// filter.
 //
 // Security: the token is exchanged once for a session cookie (HttpOnly,
 // SameSite=Strict, Secure over TLS, expiring); a wrong token is logged and
@@ -20,8 +30,9 @@
 // session's CSRF token. Pages are served with a Content-Security-Policy
 // that allows no inline script and no other origin, and html/template
 // escapes everything an application or a subscriber wrote (payloads,
-// headers, errors, answer excerpts). Signing secrets appear only in the
-// answer to create and rotate. Sessions live in the process: behind a load
+// headers, errors, answer excerpts). A signing secret appears only on the
+// page after create or rotate, handed to it through the session once
+// (never in a URL or a flash message). Sessions live in the process: behind a load
 // balancer with several replicas, use sticky sessions or sign in per
 // replica.
 package console

@@ -117,9 +117,42 @@ func (b *browser) eventually(timeout time.Duration, cond func() string) {
 	testkit.EventuallyEvery(b.ctx, b.t, timeout, 200*time.Millisecond, cond)
 }
 
-// shot saves a full-page PNG of the current page as <name>.png.
+// documented is every screenshot in docs/console/ and the elements its page
+// must show, as docs/console.md describes them: shot fails when a page no
+// longer renders one, so a screenshot cannot go stale silently, and
+// TestScreenshotsDocumented fails when docs/console/ holds a picture no
+// test takes.
+var documented = map[string][]string{
+	"login":          {"#token", "#signin"},
+	"overview":       {"#failed-card", "#topics", "#subs", "svg.chart", "#search"},
+	"overview-phone": {"#failed-card", "#topics"},
+	"outbox":         {"#status-tabs", "#filters", "#failed-total", "#replay-all", "#failed", "#replay-selected"},
+	"outbox-new":     {"#status-tabs", "#view-total", "#rows"},
+	"outbox-row":     {"#row-status", "#status", "#headers", "#payload", "#trace-link"},
+	"subscriptions":  {"#sub-count", "#subscriptions", "#create"},
+	"subscription":   {"#state", "#secrets", "#send-test", "#rotate", "#disable", "#sub-charts svg.chart", "#recover-form", "#edit", "#delete-form"},
+	"rotate":         {"#secret", "#copy", "#grace"},
+	"deliveries":     {"#filters", "#deliveries", "#revive-selected"},
+	"delivery":       {"#status", "#attempts", "#revive-one"},
+	"stream":         {"#stream-live", "#open", "#stream"},
+	"trace":          {"#waterfall", "#gaps"},
+	"recover":        {"#confirm-text", "#confirm-count", "#confirm-revive"},
+	"audit":          {"#audit", "#next"},
+}
+
+// shot checks that the current page renders what documented says about
+// name and saves a full-page PNG of it as <name>.png.
 func (b *browser) shot(name string) {
 	b.t.Helper()
+	want, ok := documented[name]
+	if !ok {
+		b.t.Fatalf("screenshot %q is not in documented", name)
+	}
+	for _, sel := range want {
+		if !b.exists(sel) {
+			b.fatal(fmt.Errorf("the %s page no longer renders %s, which its screenshot documents", name, sel))
+		}
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -1,10 +1,12 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
@@ -29,18 +32,30 @@ const maxSelected = 10000
 
 func (c *Console) overviewData(r *http.Request) map[string]any {
 	snap, hist := c.sampler.latest(r.Context())
+	var failed int64
+	for _, t := range snap.Topics {
+		failed += t.Failed
+	}
 	return map[string]any{
 		"S":          snap,
 		"Every":      c.cfg.SampleEvery,
-		"Throughput": sparkline(series(hist, func(s Snapshot) float64 { return s.Throughput.PerSecond() }), 240, 40),
-		"Latency":    sparkline(series(hist, func(s Snapshot) float64 { return s.Throughput.LatencyP95 }), 240, 40),
-		"LagChart":   sparkline(series(hist, func(s Snapshot) float64 { return float64(s.LagTotal) }), 240, 40),
-		"PendChart":  sparkline(series(hist, func(s Snapshot) float64 { return float64(s.Pending) }), 240, 40),
-		"DelivChart": sparkline(series(hist, func(s Snapshot) float64 { return s.Delivered }), 240, 40),
-		"DeadChart":  sparkline(series(hist, func(s Snapshot) float64 { return float64(s.Dead) }), 240, 40),
-		"Samples":    len(hist),
-		"Since":      hist[0].At,
-		"HasKafka":   c.kafka != nil,
+		"Failed":     failed,
+		"Throughput": newChart("sent per second", hist, series(hist, func(s Snapshot) float64 { return s.Throughput.PerSecond() }), rateFormat),
+		"Latency":    newChart("p95 commit → ack", hist, series(hist, func(s Snapshot) float64 { return s.Throughput.LatencyP95 }), secondsFormat),
+		"LagChart":   newChart("consumer lag", hist, series(hist, func(s Snapshot) float64 { return float64(s.LagTotal) }), countFormat),
+		"PendChart":  newChart("pending deliveries", hist, series(hist, func(s Snapshot) float64 { return float64(s.Pending) }), countFormat),
+		"DelivChart": newChart("delivered per second", hist, series(hist, func(s Snapshot) float64 { return s.Delivered }), rateFormat),
+		"DeadChart":  newChart("dead deliveries", hist, series(hist, func(s Snapshot) float64 { return float64(s.Dead) }), countFormat),
+		"FailChart": newChart("FAILED outbox rows", hist, series(hist, func(s Snapshot) float64 {
+			var n int64
+			for _, t := range s.Topics {
+				n += t.Failed
+			}
+			return float64(n)
+		}), countFormat),
+		"Samples":  len(hist),
+		"Since":    hist[0].At,
+		"HasKafka": c.kafka != nil,
 	}
 }
 
@@ -103,8 +118,18 @@ func filterValues(q url.Values, keys ...string) url.Values {
 
 var failedKeys = []string{"topic", "asset", "event_type", "error", "from", "to"}
 
+// outboxStatuses are the outbox views, in the order of their tabs.
+var outboxStatuses = []string{"FAILED", "NEW", "SENT"}
+
+// viewCap bounds the count of a NEW or SENT view ("10,000+").
+const viewCap = 10000
+
 func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	status := cmp.Or(strings.ToUpper(strings.TrimSpace(q.Get("status"))), "FAILED")
+	if status != "FAILED" {
+		return c.outboxView(w, r, status)
+	}
 	f, err := failedFilter(q)
 	if err != nil {
 		return errorStatus(http.StatusBadRequest, err.Error())
@@ -130,8 +155,38 @@ func (c *Console) outboxList(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.render(w, r, http.StatusOK, "outbox", "Outbox", map[string]any{
 		"Rows": rows, "Total": total, "Next": next, "Q": filterValues(q, failedKeys...), "Filtered": f != (outboxstore.FailedFilter{}),
-		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
-		"After": after > 0,
+		"F":      map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "error": q.Get("error"), "from": q.Get("from"), "to": q.Get("to")},
+		"After":  after > 0,
+		"Status": "FAILED", "Statuses": outboxStatuses,
+	})
+	return nil
+}
+
+var viewKeys = []string{"status", "topic", "asset", "event_type"}
+
+// outboxView is the NEW or SENT view: rows with their age, paged.
+func (c *Console) outboxView(w http.ResponseWriter, r *http.Request, status string) error {
+	q := r.URL.Query()
+	if !slices.Contains(outboxStatuses, status) {
+		return errorStatus(http.StatusBadRequest, fmt.Sprintf("status %q: the outbox views are FAILED, NEW and SENT", q.Get("status")))
+	}
+	f := outboxstore.ViewFilter{Topic: strings.TrimSpace(q.Get("topic")), AssetID: strings.TrimSpace(q.Get("asset")), EventType: strings.TrimSpace(q.Get("event_type"))}
+	p, err := outboxstore.ListView(r.Context(), c.pool, status, f, pageSize, q.Get("after"))
+	if errors.Is(err, outboxstore.ErrBadCursor) {
+		return errorStatus(http.StatusBadRequest, "after: "+err.Error())
+	}
+	if err != nil {
+		return err
+	}
+	total, err := outboxstore.CountView(r.Context(), c.pool, status, f, viewCap)
+	if err != nil {
+		return err
+	}
+	c.render(w, r, http.StatusOK, "outbox_view", "Outbox", map[string]any{
+		"Rows": p.Rows, "Next": p.Next, "Total": total, "More": total >= viewCap, "Q": filterValues(q, viewKeys...),
+		"F":     map[string]string{"topic": q.Get("topic"), "asset": q.Get("asset"), "event_type": q.Get("event_type")},
+		"After": q.Get("after") != "", "Filtered": f != (outboxstore.ViewFilter{}),
+		"Status": status, "Statuses": outboxStatuses, "Now": time.Now(),
 	})
 	return nil
 }
@@ -180,15 +235,17 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 			return errorStatus(http.StatusBadRequest, err.Error())
 		}
 		if !confirmed {
-			http.Redirect(w, r, "/ui/outbox/replay?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
+			http.Redirect(w, r, link("/ui/outbox/replay", filterValues(r.PostForm, failedKeys...)), http.StatusSeeOther)
 			return nil
 		}
 		n, err := outboxstore.ReplayFailedMatching(r.Context(), c.pool, f)
 		if err != nil {
 			return err
 		}
-		c.setFlash(s, fmt.Sprintf("Replayed %d FAILED rows: they are NEW again and the relay sends them in their original order.", n))
-		http.Redirect(w, r, "/ui/outbox?"+filterValues(r.PostForm, failedKeys...).Encode(), http.StatusSeeOther)
+		scope := filterValues(r.PostForm, failedKeys...).Encode()
+		c.audit(r, audit.OutboxReplayMatching, "", cmp.Or(scope, "all FAILED"), n)
+		c.setFlash(s, fmt.Sprintf("Replayed %s: they are NEW again and the relay sends them in their original order.", plural(n, "FAILED row", "FAILED rows")))
+		http.Redirect(w, r, link("/ui/outbox", filterValues(r.PostForm, failedKeys...)), http.StatusSeeOther)
 		return nil
 	}
 	ids, err := parseRowIDs(r.PostForm["id"])
@@ -206,7 +263,8 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return selectionDone(c, w, r, s, "Replayed", "rows", len(replayed), len(ids), skipped,
+	c.audit(r, audit.OutboxReplayIDs, oneTarget(ids), plural(len(ids), "id", "ids"), int64(len(replayed)))
+	return selectionDone(c, w, r, s, "Replayed", "row", "rows", len(replayed), len(ids), skipped,
 		"/ui/outbox/"+ids[0].String(), "/ui/outbox")
 }
 
@@ -303,9 +361,33 @@ func (c *Console) subscriptionCreate(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	// Rendered, not redirected: the secret is in this answer only, never in
-	// a URL, a flash message or a later page.
-	c.render(w, r, http.StatusCreated, "subscription_secret", "Subscription created", map[string]any{"Sub": sub, "Created": true})
+	c.audit(r, audit.SubscriptionCreate, sub.ID, "", 1)
+	// Post/Redirect/Get: the secret goes to its page through the session,
+	// never in a URL or a flash message, and is shown once; reloading that
+	// page creates nothing and shows no secret.
+	c.handOff(sessionFrom(r.Context()), sub, true)
+	http.Redirect(w, r, "/ui/subscriptions/"+sub.ID+"/secret", http.StatusSeeOther)
+	return nil
+}
+
+// subscriptionSecret shows a created or rotated secret, once.
+func (c *Console) subscriptionSecret(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	h := c.takeHandoff(sessionFrom(r.Context()), id)
+	if h == nil {
+		sub, err := c.subs.Get(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		sub.Secret = ""
+		c.render(w, r, http.StatusGone, "subscription_secret", "Secret", map[string]any{"Sub": sub, "Gone": true})
+		return nil
+	}
+	title := "Secret rotated"
+	if h.created {
+		title = "Subscription created"
+	}
+	c.render(w, r, http.StatusOK, "subscription_secret", title, map[string]any{"Sub": h.sub, "Created": h.created, "Grace": c.cfg.SecretGrace})
 	return nil
 }
 
@@ -321,7 +403,7 @@ func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) error
 	}
 	c.render(w, r, http.StatusOK, "subscription", "Subscription", map[string]any{
 		"Sub": sub, "Health": health[sub.ID], "Types": strings.Join(sub.EventTypes, ", "), "Grace": c.cfg.SecretGrace,
-		"RatesAt": c.sampler.ratesRead(),
+		"RatesAt": c.sampler.ratesRead(), "Charts": c.subscriptionCharts(r, sub.ID),
 	})
 	return nil
 }
@@ -330,6 +412,7 @@ func (c *Console) subscriptionEdit(w http.ResponseWriter, r *http.Request) error
 	if _, err := c.subs.Update(r.Context(), r.PathValue("id"), formInput(r)); err != nil {
 		return err
 	}
+	c.audit(r, audit.SubscriptionUpdate, r.PathValue("id"), "", 1)
 	c.setFlash(sessionFrom(r.Context()), "Saved.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
 	return nil
@@ -340,7 +423,9 @@ func (c *Console) subscriptionRotate(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "subscription_secret", "Secret rotated", map[string]any{"Sub": sub, "Grace": c.cfg.SecretGrace})
+	c.audit(r, audit.SubscriptionRotate, sub.ID, "", 1)
+	c.handOff(sessionFrom(r.Context()), sub, false)
+	http.Redirect(w, r, "/ui/subscriptions/"+sub.ID+"/secret", http.StatusSeeOther)
 	return nil
 }
 
@@ -348,6 +433,7 @@ func (c *Console) subscriptionEnable(w http.ResponseWriter, r *http.Request) err
 	if _, err := c.subs.Enable(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
+	c.audit(r, audit.SubscriptionEnable, r.PathValue("id"), "", 1)
 	c.setFlash(sessionFrom(r.Context()), "Enabled: deliveries resume, the failure count is back to 0.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
 	return nil
@@ -358,6 +444,7 @@ func (c *Console) subscriptionDisable(w http.ResponseWriter, r *http.Request) er
 	if _, err := c.subs.Disable(r.Context(), r.PathValue("id"), reason); err != nil {
 		return err
 	}
+	c.audit(r, audit.SubscriptionDisable, r.PathValue("id"), "", 1)
 	c.setFlash(sessionFrom(r.Context()), "Disabled: queued deliveries wait, new events are not queued for it.")
 	http.Redirect(w, r, "/ui/subscriptions/"+r.PathValue("id"), http.StatusSeeOther)
 	return nil
@@ -375,16 +462,18 @@ func (c *Console) subscriptionDelete(w http.ResponseWriter, r *http.Request) err
 	if err := c.subs.Delete(r.Context(), id); err != nil {
 		return err
 	}
+	c.audit(r, audit.SubscriptionDelete, sub.ID, "", 1)
 	c.setFlash(sessionFrom(r.Context()), "Deleted subscription "+sub.ID+" ("+sub.URL+") with its deliveries and log.")
 	http.Redirect(w, r, "/ui/subscriptions", http.StatusSeeOther)
 	return nil
 }
 
 func (c *Console) subscriptionTest(w http.ResponseWriter, r *http.Request) error {
-	did, err := c.deliveries.SendTest(r.Context(), r.PathValue("id"))
+	did, err := c.actions.SendTest(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
+	c.audit(r, audit.SubscriptionTest, r.PathValue("id"), "delivery "+strconv.FormatInt(did, 10), 1)
 	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Test event queued as delivery %d (event type %s).", did, store.TestEventType))
 	http.Redirect(w, r, "/ui/deliveries/"+strconv.FormatInt(did, 10), http.StatusSeeOther)
 	return nil
@@ -421,11 +510,35 @@ func (c *Console) deliveryList(w http.ResponseWriter, r *http.Request) error {
 	for _, s := range subs {
 		urls[s.ID] = s.URL
 	}
-	c.render(w, r, http.StatusOK, "deliveries", "Deliveries", map[string]any{
-		"Page": page, "Subs": subs, "URLs": urls, "Q": filterValues(q, deliveryKeys...),
+	data := map[string]any{
+		"Page": page, "Subs": subs, "URLs": urls, "Q": filterValues(q, deliveryKeys...), "After": p.After != "",
 		"F":        map[string]string{"subscription": q.Get("subscription"), "status": q.Get("status"), "asset": q.Get("asset"), "event_type": q.Get("event_type"), "from": q.Get("from"), "to": q.Get("to")},
 		"Statuses": []string{store.StatusPending, store.StatusDelivering, store.StatusDelivered, store.StatusDead},
-	})
+	}
+	// "Revive all that match" is offered only for a filter the revive
+	// statements express exactly: one subscription's dead deliveries,
+	// optionally created in a window. With an asset or an event type in
+	// the filter it would revive more than the list shows, so it is not
+	// offered.
+	if p.SubscriptionID != "" && p.Status == store.StatusDead {
+		if p.AssetID != nil || p.EventType != "" {
+			data["ReviveNote"] = "To revive every dead delivery that matches, filter by subscription and creation time only (asset and event type narrow the list, not the revive)."
+		} else {
+			rq := url.Values{"subscription": {p.SubscriptionID}}
+			if !p.CreatedFrom.IsZero() {
+				rq.Set("since", p.CreatedFrom.UTC().Format(time.RFC3339))
+				if !p.CreatedTo.IsZero() {
+					rq.Set("until", p.CreatedTo.UTC().Format(time.RFC3339))
+				}
+				data["ReviveMatching"] = href("/ui/deliveries/recover", rq)
+			} else if !p.CreatedTo.IsZero() {
+				data["ReviveNote"] = "To revive the dead deliveries created before a time, give the window's start (Created from) too."
+			} else {
+				data["ReviveMatching"] = href("/ui/deliveries/revive", rq)
+			}
+		}
+	}
+	c.render(w, r, http.StatusOK, "deliveries", "Deliveries", data)
 	return nil
 }
 
@@ -446,7 +559,8 @@ func (c *Console) deliveryPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data := map[string]any{"D": d, "Attempts": attempts, "TraceID": jaegerquery.TraceIDOf(tp)}
+	data := map[string]any{"D": d, "Attempts": attempts, "TraceID": jaegerquery.TraceIDOf(tp),
+		"Live": d.Status == store.StatusPending || d.Status == store.StatusDelivering}
 	if r.URL.Query().Get("payload") == "1" {
 		p, err := c.deliveries.Payload(r.Context(), id)
 		if err != nil {
@@ -481,18 +595,19 @@ func (c *Console) revive(w http.ResponseWriter, r *http.Request) error {
 	confirmed := r.PostFormValue("confirmed") == "1"
 	if subID := r.PostFormValue("subscription"); subID != "" {
 		if !confirmed {
-			http.Redirect(w, r, "/ui/deliveries/revive?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
+			http.Redirect(w, r, link("/ui/deliveries/revive", url.Values{"subscription": {subID}}), http.StatusSeeOther)
 			return nil
 		}
 		if _, err := c.subs.Get(r.Context(), subID); err != nil {
 			return err
 		}
-		revived, err := c.deliveries.ReviveSubscription(r.Context(), subID)
+		revived, err := c.actions.ReviveSubscription(r.Context(), subID)
 		if err != nil {
 			return err
 		}
-		c.setFlash(s, fmt.Sprintf("Revived %d dead deliveries: pending again, with a fresh retry budget, in their original order.", len(revived)))
-		http.Redirect(w, r, "/ui/deliveries?subscription="+url.QueryEscape(subID), http.StatusSeeOther)
+		c.audit(r, audit.DeliveriesReviveSub, subID, "all dead", int64(len(revived)))
+		c.setFlash(s, fmt.Sprintf("Revived %s: pending again, with a fresh retry budget, in their original order.", plural(len(revived), "dead delivery", "dead deliveries")))
+		http.Redirect(w, r, link("/ui/deliveries", url.Values{"subscription": {subID}}), http.StatusSeeOther)
 		return nil
 	}
 	vals := r.PostForm["id"]
@@ -514,21 +629,77 @@ func (c *Console) revive(w http.ResponseWriter, r *http.Request) error {
 		c.render(w, r, http.StatusOK, "revive", "Revive", map[string]any{"IDs": vals, "Count": len(ids)})
 		return nil
 	}
-	revived, notRevived, err := c.deliveries.Revive(r.Context(), ids)
+	revived, notRevived, err := c.actions.Revive(r.Context(), ids)
 	if err != nil {
 		return err
 	}
-	return selectionDone(c, w, r, s, "Revived", "deliveries", len(revived), len(ids), notRevived,
+	c.audit(r, audit.DeliveriesRevive, oneTarget(ids), plural(len(ids), "id", "ids"), int64(len(revived)))
+	return selectionDone(c, w, r, s, "Revived", "delivery", "deliveries", len(revived), len(ids), notRevived,
 		"/ui/deliveries/"+strconv.FormatInt(ids[0], 10), "/ui/deliveries?status=pending")
+}
+
+// recoverWindow reads the subscription and window of a recover (query or
+// form: subscription, since, until).
+func (c *Console) recoverWindow(r *http.Request, v url.Values) (*store.Subscription, store.Window, error) {
+	w, err := store.ParseWindow(v.Get("since"), v.Get("until"), time.Now())
+	if err != nil {
+		return nil, w, errorStatus(http.StatusBadRequest, "Nothing revived: "+err.Error())
+	}
+	sub, err := c.subs.Get(r.Context(), v.Get("subscription"))
+	if err != nil {
+		return nil, w, err
+	}
+	return sub, w, nil
+}
+
+// recoverConfirm asks before reviving the dead deliveries of a
+// subscription created in a window ("recover since T"), with the count.
+func (c *Console) recoverConfirm(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	sub, win, err := c.recoverWindow(r, q)
+	if err != nil {
+		return err
+	}
+	n, err := c.deliveries.CountDeadWindow(r.Context(), sub.ID, win)
+	if err != nil {
+		return err
+	}
+	c.render(w, r, http.StatusOK, "revive", "Recover", map[string]any{"Sub": sub, "Count": n, "Window": win,
+		"Since": q.Get("since"), "Until": q.Get("until")})
+	return nil
+}
+
+func (c *Console) recover(w http.ResponseWriter, r *http.Request) error {
+	sub, win, err := c.recoverWindow(r, r.PostForm)
+	if err != nil {
+		return err
+	}
+	if r.PostFormValue("confirmed") != "1" {
+		http.Redirect(w, r, link("/ui/deliveries/recover", filterValues(r.PostForm, "subscription", "since", "until")), http.StatusSeeOther)
+		return nil
+	}
+	ids, err := c.actions.RecoverWindow(r.Context(), sub.ID, win)
+	if err != nil {
+		return err
+	}
+	c.audit(r, audit.DeliveriesRecover, sub.ID, audit.WindowScope(win.Since, win.Until), int64(len(ids)))
+	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Recovered %s (%s): pending again, with a fresh retry budget, in their original order.",
+		plural(len(ids), "dead delivery", "dead deliveries"), audit.WindowScope(win.Since, win.Until)))
+	http.Redirect(w, r, link("/ui/deliveries", url.Values{"subscription": {sub.ID}, "status": {store.StatusPending}}), http.StatusSeeOther)
+	return nil
 }
 
 // selectionDone tells the operator what became of the rows they selected —
 // how many verb acted on ("Revived 2 of 3 selected deliveries.") and each
 // one left alone, with the reason — and then shows that row when only one
 // was selected (onePage), else listPage.
-func selectionDone[ID any](c *Console, w http.ResponseWriter, r *http.Request, s *session, verb, rows string, done, selected int,
+func selectionDone[ID any](c *Console, w http.ResponseWriter, r *http.Request, s *session, verb, one, many string, done, selected int,
 	left []statement.LeftAlone[ID], onePage, listPage string) error {
-	msg := fmt.Sprintf("%s %d of %d selected %s.", verb, done, selected, rows)
+	noun := many
+	if selected == 1 {
+		noun = one
+	}
+	msg := fmt.Sprintf("%s %d of %d selected %s at %s.", verb, done, selected, noun, time.Now().UTC().Format("15:04:05Z"))
 	for _, l := range left {
 		msg += fmt.Sprintf(" Not %s: %v %s.", strings.ToLower(verb), l.ID, l.Reason)
 	}
@@ -552,9 +723,99 @@ func (c *Console) streamPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "stream", "Stream", map[string]any{"Sub": sub, "Asset": asset, "Open": open, "Rows": ds})
+	c.render(w, r, http.StatusOK, "stream", "Stream", map[string]any{"Sub": sub, "Asset": asset, "Open": open, "Rows": ds,
+		"Self": href("/ui/streams", url.Values{"subscription": {sub.ID}, "asset": {asset}}),
+		"All":  href("/ui/deliveries", url.Values{"subscription": {sub.ID}, "asset": {asset}})})
 	return nil
 }
+
+// Search ---------------------------------------------------------------------
+
+// searchHit is one thing an id names.
+type searchHit struct {
+	Kind, Label, Href string
+}
+
+// search finds what an id names: an outbox row (its id, which is also the
+// event's id and the webhook-id of its deliveries), a delivery (a number),
+// an event's deliveries (event id / webhook-id, also test-… ids), a
+// subscription. One hit goes straight to it.
+func (c *Console) search(w http.ResponseWriter, r *http.Request) error {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	var hits []searchHit
+	if q != "" {
+		if n, err := strconv.ParseInt(q, 10, 64); err == nil && n > 0 {
+			if d, err := c.deliveries.Get(r.Context(), n); err == nil {
+				hits = append(hits, searchHit{"delivery", fmt.Sprintf("delivery %d (%s, %s)", d.ID, d.EventType, d.Status), "/ui/deliveries/" + q})
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		if id, err := uuid.Parse(q); err == nil {
+			ok, err := outboxstore.Exists(r.Context(), c.pool, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				hits = append(hits, searchHit{"outbox row", "outbox row " + id.String(), "/ui/outbox/" + id.String()})
+			}
+			if sub, err := c.subs.Get(r.Context(), id.String()); err == nil {
+				hits = append(hits, searchHit{"subscription", "subscription " + sub.URL, "/ui/subscriptions/" + sub.ID})
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		if len(q) <= 200 {
+			ds, err := c.deliveries.ByEvent(r.Context(), q)
+			if err != nil {
+				return err
+			}
+			for _, d := range ds {
+				hits = append(hits, searchHit{"delivery", fmt.Sprintf("delivery %d of event %s to subscription %s (%s)", d.ID, d.EventID, short(d.SubscriptionID), d.Status),
+					"/ui/deliveries/" + strconv.FormatInt(d.ID, 10)})
+			}
+		}
+		if len(hits) == 1 {
+			http.Redirect(w, r, hits[0].Href, http.StatusSeeOther)
+			return nil
+		}
+	}
+	c.render(w, r, http.StatusOK, "search", "Search", map[string]any{"Q": q, "Hits": hits})
+	return nil
+}
+
+// Audit ----------------------------------------------------------------------
+
+func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) error {
+	after := r.URL.Query().Get("after")
+	es, next, err := audit.List(r.Context(), c.pool, pageSize, after)
+	if err != nil {
+		return errorStatus(http.StatusBadRequest, err.Error())
+	}
+	c.render(w, r, http.StatusOK, "audit", "Audit log", map[string]any{"Entries": es, "Next": next, "After": after != ""})
+	return nil
+}
+
+// Helpers --------------------------------------------------------------------
+
+// plural is "1 row", "2 rows".
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return group(int64(n)) + " " + many
+}
+
+// oneTarget is the id an action on one selected row names in the audit
+// log ("" for several: the scope says how many).
+func oneTarget[ID any](ids []ID) string {
+	if len(ids) == 1 {
+		return fmt.Sprint(ids[0])
+	}
+	return ""
+}
+
+func short(s string) string { return s[:min(8, len(s))] }
 
 // Traces ---------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ type Consumer struct {
 	// its offsets are committed; an error makes Run return it at once without
 	// committing, like a crash at that point.
 	beforeCommit func([]*kgo.Record) error
+	// parse, when set (tests), replaces parse: a test that reaches a
+	// PostgreSQL refusal Decode's bounds otherwise stop first.
+	parse func(*kgo.Record) *event
 }
 
 // New builds a consumer from the pool, the shared Kafka connection options
@@ -290,8 +293,12 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	evs := make([]*event, len(recs))
 	spans := make([]trace.Span, len(recs))
 	ctxs := make([]context.Context, len(recs))
+	parseRecord := parse
+	if c.parse != nil {
+		parseRecord = c.parse
+	}
 	for i, r := range recs {
-		evs[i] = parse(r)
+		evs[i] = parseRecord(r)
 		ctxs[i], spans[i] = c.startSpan(ctx, evs[i])
 	}
 	var good []*event

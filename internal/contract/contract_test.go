@@ -147,6 +147,12 @@ func TestDecodeRefusesWhatCannotBeStored(t *testing.T) {
 		{"key not text", func(r *kgo.Record) { r.Key = []byte{0xff, 0} }, "key is not UTF-8 text", false},
 		{"header not text", func(r *kgo.Record) { setHeader(r, contract.HeaderEventType, "a\x00b") }, "header event-type is not UTF-8 text", true},
 		{"asset-seq not a number", func(r *kgo.Record) { setHeader(r, contract.HeaderAssetSeq, "-1") }, `asset-seq header "-1" is not a non-negative decimal integer`, false},
+		{"dedup-id past its bound", func(r *kgo.Record) { setHeader(r, contract.HeaderDedupID, strings.Repeat("d", 3000)) },
+			"header dedup-id is 3000 bytes long; at most 512 are allowed", true},
+		{"event-type past its bound", func(r *kgo.Record) { setHeader(r, contract.HeaderEventType, strings.Repeat("e", 257)) },
+			"header event-type is 257 bytes long; at most 256 are allowed", false},
+		{"key past its bound", func(r *kgo.Record) { r.Key = []byte(strings.Repeat("k", 2680)) },
+			"key (the asset id) is 2680 bytes long; at most 512 are allowed", false},
 		{"no dedup-id", func(r *kgo.Record) {
 			r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == contract.HeaderDedupID })
 			r.Value = []byte("{")

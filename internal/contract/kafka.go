@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/eventbounds"
 )
 
 // Header names of the Kafka record (docs/contract.md, "Kafka record").
@@ -211,10 +213,22 @@ func Decode(r *kgo.Record) (Message, error) {
 		}
 		*dst = string(h.Value)
 	}
+	// A dedup id past its bound cannot be the record's identity (it would
+	// not fit consumer_inbox's key): the record is dead-lettered under
+	// "topic/partition/offset".
+	if len(dedupID) > eventbounds.MaxDedupID {
+		m.DedupID = fallbackDedupID(r)
+		m.Traceparent, m.Tracestate = "", ""
+		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderDedupID, len(dedupID), eventbounds.MaxDedupID)}
+	}
 	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
 	switch {
 	case eventType == "":
 		return m, &DecodeError{"no " + HeaderEventType + " header"}
+	case len(eventType) > eventbounds.MaxEventType:
+		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderEventType, len(eventType), eventbounds.MaxEventType)}
+	case len(r.Key) > eventbounds.MaxAssetID:
+		return m, &DecodeError{fmt.Sprintf("key (the asset id) is %d bytes long; at most %d are allowed", len(r.Key), eventbounds.MaxAssetID)}
 	case !isText(r.Key):
 		return m, &DecodeError{"key is not UTF-8 text"}
 	case !utf8.Valid(r.Value) || !json.Valid(r.Value):

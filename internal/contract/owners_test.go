@@ -26,6 +26,7 @@ var tableOwners = map[string]string{
 	"consumer_inbox":       "internal/consumer",
 	"relay_lanes":          "internal/relay",
 	"relay_members":        "internal/relay",
+	"audit_log":            "internal/audit",
 }
 
 var writeStatement = regexp.MustCompile(`(?i)\b(?:insert\s+into|update|delete\s+from)\s+bridge\.([a-z_]+)`)

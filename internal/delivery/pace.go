@@ -27,12 +27,12 @@ func (p *pace) observe(took time.Duration) {
 func (p pace) gap(limit time.Duration) time.Duration { return min(limit, paceShare*p.avg) }
 
 // paceShare: a gap of the statement's own time (a share of 1/2, measured
-// from the run's start: no wait at all) made ~500 claims a second of ~2
-// rows in bench deliver's live phase at 1,000/s (10 subscriptions), and its
-// p99 rose from 43 to 57 ms: on a 2-core machine the claims' CPU is what
-// the tail waits for even there. With 4, a claim of 5 ms (that machine,
-// that load) waits the whole 20 ms as before; only claims under 5 ms — a
-// machine with CPU to spare — wait less.
+// from the run's start: no wait at all) makes ~500 claims a second of ~2
+// rows in bench deliver's live phase at 1,000/s (10 subscriptions), and
+// raises its p99: on a 2-core machine the claims' CPU is what the tail
+// waits for even there. With 4, a claim of 5 ms (that machine, that load)
+// waits the whole 20 ms claimLinger; only claims under 5 ms — a machine
+// with CPU to spare — wait less.
 const paceShare = 4
 
 // claimGap is how long a claim loop leaves between two claims (see

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Durations are Go duration text in both formats, in groups too; JSON
-// used to carry them as nanoseconds ("poll_interval":1000000000).
+// Durations are Go duration text in both formats, in groups too; slog's
+// JSON handler alone writes nanoseconds ("poll_interval":1000000000).
 func TestDurationsLoggedAsText(t *testing.T) {
 	t.Parallel()
 	var js bytes.Buffer

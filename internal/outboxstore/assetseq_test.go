@@ -55,9 +55,9 @@ func counterRow(t *testing.T, ctx context.Context, db *pgtest.DB, asset string) 
 
 // A writer locks its asset's counter row without writing a new version of it
 // (migration 00130): while another session holds a transaction open no
-// version can be pruned, and a counter rewritten per event made every later
-// write of the asset walk all of them (writers fell from 2,400 to ~530
-// events/s in 17 minutes). A new version moves the row (its ctid), so the
+// version can be pruned, and a counter rewritten per event makes every later
+// write of the asset walk all of them (the writers' rate falls by three
+// quarters within minutes). A new version moves the row (its ctid), so the
 // ctid must stay put however many events are written, alone or in batches.
 func TestEnqueueLocksTheAssetCounterWithoutRewritingIt(t *testing.T) {
 	t.Parallel()

@@ -133,8 +133,8 @@ type NotReplayed = statement.LeftAlone[uuid.UUID]
 // ReplayIDs returns the given FAILED rows to NEW with attempts reset. They
 // keep their seq and their trace: the replayed send continues the original
 // trace. Every other id is reported with the reason it was left alone (it
-// does not exist, or is not FAILED): an id mistyped or already replayed
-// used to vanish into "replayed 0 row(s)".
+// does not exist, or is not FAILED), so an id mistyped or already replayed
+// does not vanish into "replayed 0 row(s)".
 func ReplayIDs(ctx context.Context, db DB, ids []uuid.UUID) (replayed []uuid.UUID, notReplayed []NotReplayed, err error) {
 	rows, err := db.Query(ctx, replayByIDSQL, ids)
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 )
 
 // Wake-ups only for relays that wait for them (migration 00160): every
-// notifying commit used to queue behind the one before it for the
-// database's notify-queue lock, through its WAL flush. A relay says whether
+// notifying commit queues behind the one before it for the database's
+// notify-queue lock, through its WAL flush. A relay says whether
 // it is busy (claiming again at once) or waiting with session advisory
 // locks on its own connection, so a lost connection says neither, and
 // writers then notify as if no relay were there.

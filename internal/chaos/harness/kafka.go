@@ -111,9 +111,9 @@ func (b *Broker) Start() error {
 
 // brokerRestartWait bounds how long a broker (single or cluster node)
 // restarted after kill -9 may take to serve again: it recovers its logs and
-// replays the metadata log first. Measured this session (load 5–45 on 2
-// cores): 28–72 s for the single broker, 20–72 s for a cluster node (the
-// slowest at load 20); 98 s at load 60 (seven engineers' tests at once).
+// replays the metadata log first. On 2 cores at load 5–45 that takes
+// 28–72 s for the single broker and 20–72 s for a cluster node, and 98 s at
+// load 60.
 // 150 s is twice the worst seen without that overload. It is only how long a test waits before it fails:
 // a fast restart costs nothing more. With the longest outage (20 s) it also
 // stays under the processes' DATABASE_CONNECT_TIMEOUT (3 m), so a bridge

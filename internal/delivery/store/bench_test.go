@@ -36,7 +36,7 @@ FROM unnest($1::uuid[]) s, generate_series(0, 1999) g ORDER BY g, s`, subIDs); e
 // pending rows whose head waits for a retry, in front (by seq) of 10 other
 // streams' rows. Each claim walks the blocked stream's rows, probing each,
 // before it reaches the claimable heads: the cost grows with that stream's
-// backlog (see docs/performance.md).
+// backlog (see docs/benchmarks.md).
 func BenchmarkClaimBehindRetry(b *testing.B) {
 	tb := setupB(b)
 	ctx := context.Background()

@@ -13,7 +13,7 @@ import (
 )
 
 // What two features cost at run time, on the real database (numbers in
-// docs/performance.md):
+// docs/benchmarks.md):
 //
 //	go test -run '^$' -bench 'Death|CopyHistory' -benchtime 2000x -count 3 ./internal/delivery/store/
 
