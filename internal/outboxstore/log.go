@@ -251,25 +251,6 @@ type Position struct {
 	AfterXid, AfterSeq int64
 }
 
-// heldAssetsSQL: the assets of lanes $1 with held rows waiting.
-const heldAssetsSQL = `
-SELECT DISTINCT coalesce(asset_id, '') FROM bridge.outbox_held WHERE status = 'NEW' AND lane = ANY($1::int[])`
-
-// HeldAssets returns the assets of lanes with held rows waiting (their later
-// rows must be held behind them).
-func HeldAssets(ctx context.Context, db DB, lanes []int) (map[string]bool, error) {
-	rows, err := db.Query(ctx, heldAssetsSQL, lanes)
-	if err != nil {
-		return nil, fmt.Errorf("read held assets: %w", err)
-	}
-	out := map[string]bool{}
-	var k string
-	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { out[k] = true; return nil }); err != nil {
-		return nil, fmt.Errorf("read held assets: %w", err)
-	}
-	return out, nil
-}
-
 // lanePositionsSQL reads lanes' positions.
 const lanePositionsSQL = `
 SELECT lane, tick::text, coalesce(batch_end::text, ''), coalesce(after_xid::text::bigint, 0), coalesce(after_seq, 0)

@@ -71,6 +71,14 @@ func (r *Relay) syncGroups(ctx context.Context, lanes []int) error {
 	groups := r.groups[:0]
 	for _, g := range r.groups {
 		g.lanes = slices.DeleteFunc(g.lanes, func(l int) bool { return !owned[l] })
+		// Rows of a lane that moved away are its new owner's to send.
+		for k, ws := range g.deferred {
+			if ws = slices.DeleteFunc(ws, func(w *row) bool { return !owned[w.Lane] }); len(ws) == 0 {
+				delete(g.deferred, k)
+			} else {
+				g.deferred[k] = ws
+			}
+		}
 		if len(g.lanes) > 0 {
 			groups = append(groups, g)
 			for _, l := range g.lanes {
@@ -131,17 +139,16 @@ func (r *Relay) mergeGroups() {
 	r.groups = out
 }
 
-// checkpoint is the read state of every group (and the carried rows) before
+// checkpoint is the read state of every group before
 // a claim: restored when what the claim read cannot be settled — an outage,
 // or a settlement that could not be written — so the lanes read it again.
 // What was produced of it goes out again with the same dedup-ids.
 type checkpoint struct {
 	groups []laneGroup
-	carry  []*row
 }
 
 func (r *Relay) checkpoint() *checkpoint {
-	cp := &checkpoint{carry: slices.Clone(r.carry)}
+	cp := &checkpoint{}
 	for _, g := range r.groups {
 		c := *g
 		c.lanes = slices.Clone(g.lanes)
@@ -164,11 +171,10 @@ func (r *Relay) restore(cp *checkpoint) {
 		g := cp.groups[i]
 		r.groups = append(r.groups, &g)
 	}
-	r.carry = cp.carry
 }
 
-// claim reads the next rows to produce: the held rows that are due, the
-// rows a previous cycle carried over, then a page of each group's batch.
+// claim reads the next rows to produce: the held rows that are due, then a
+// page of each group's batch.
 func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (claimed, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
@@ -194,27 +200,12 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 	}
 	// A held row whose outcome is still being written is not sent twice.
 	inSettlement := inflight.ids()
+	// Nor does an asset whose held row failed in it go on meanwhile.
 	for _, w := range held {
-		if !inSettlement[w.ID.String()] {
+		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
 			out.rows = append(out.rows, w)
 		}
 	}
-	// Carried rows were read before their asset may have come to have held
-	// rows (a settlement written since): those are held behind them.
-	var heldAssets map[string]bool
-	if len(r.carry) > 0 {
-		if heldAssets, err = outboxstore.HeldAssets(qctx, r.pool, lanes); err != nil {
-			return out, err
-		}
-	}
-	for _, w := range r.carry {
-		if inflight.failing(w.AssetKey()) || heldAssets[w.AssetKey()] {
-			out.hold = append(out.hold, w)
-		} else {
-			out.rows = append(out.rows, w)
-		}
-	}
-	r.carry = nil
 
 	var cur string
 	for _, g := range r.groups {
@@ -329,29 +320,29 @@ func (s *settlement) failing(k string) bool {
 }
 
 // sameTopicRuns keeps, per asset, only the leading rows that go to the same
-// topic as the asset's first row in the batch; the others are carried to the
-// next cycle (r.carry), first in it. Records of one asset to one topic share
-// a partition, and franz-go fails a partition's buffered records together,
-// so a failure there cannot be overtaken. Records to another topic would be
-// produced concurrently and could land while an earlier row of the asset is
-// failing.
-func (r *Relay) sameTopicRuns(rows []*row) []*row {
+// topic as the asset's first row in the batch, and returns the others apart.
+// Records of one asset to one topic share a partition, and franz-go fails a
+// partition's buffered records together, so a failure there cannot be
+// overtaken. Records to another topic would be produced concurrently and
+// could land while an earlier row of the asset is failing; they are held
+// (log rows are copied into bridge.outbox_held) and go out in order once the
+// earlier ones did.
+func sameTopicRuns(rows []*row) (keep, rest []*row) {
 	topicOf := map[string]string{}
 	stopped := map[string]bool{}
-	out := rows[:0:0]
 	for _, w := range rows {
 		k := w.AssetKey()
 		if stopped[k] {
-			r.carry = append(r.carry, w)
+			rest = append(rest, w)
 			continue
 		}
 		if t, seen := topicOf[k]; seen && t != w.Topic {
 			stopped[k] = true
-			r.carry = append(r.carry, w)
+			rest = append(rest, w)
 			continue
 		}
 		topicOf[k] = w.Topic
-		out = append(out, w)
+		keep = append(keep, w)
 	}
-	return out
+	return keep, rest
 }

@@ -21,7 +21,12 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	}
 	claimedAt := time.Now()
 	res := cycleResult{claimed: len(c.rows) + len(c.hold), more: c.more, claimTook: claimedAt.Sub(started)}
-	rows := r.sameTopicRuns(c.rows)
+	rows, rest := sameTopicRuns(c.rows)
+	for _, w := range rest {
+		if !w.Held {
+			c.hold = append(c.hold, w)
+		}
+	}
 	s := &settlement{before: before, rows: rows, hold: c.hold, results: make([]sendResult, len(rows)), unsettled: map[string]bool{}, done: make(chan struct{})}
 	s.save = r.positionsToSave()
 	if len(rows) == 0 {

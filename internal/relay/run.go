@@ -29,12 +29,11 @@ type Relay struct {
 	log    *slog.Logger
 
 	// groups are the owned lanes by position, with the batch each is
-	// reading; known is the last asset_seq produced per asset; carry are
-	// rows read but left for the next cycle; savedAt is when positions were
-	// last handed to a settlement. Only the relay loop touches them.
+	// reading; known is the last asset_seq produced per asset; savedAt is
+	// when positions were last handed to a settlement. Only the relay loop
+	// touches them.
 	groups  []*laneGroup
 	known   map[string]int64
-	carry   []*row
 	savedAt time.Time
 	// wake tells the writers whether this relay needs their notifications.
 	wake *wakeState

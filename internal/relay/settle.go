@@ -120,10 +120,9 @@ type positionSave struct {
 const positionEvery = time.Second
 
 // positionsToSave returns the groups' positions to save with this cycle's
-// settlement: every positionEvery, and only while nothing read is carried
-// to the next cycle (a carried row is past the position).
+// settlement, every positionEvery.
 func (r *Relay) positionsToSave() []positionSave {
-	if len(r.carry) > 0 || time.Since(r.savedAt) < positionEvery {
+	if time.Since(r.savedAt) < positionEvery {
 		return nil
 	}
 	r.savedAt = time.Now()
@@ -157,9 +156,6 @@ func (r *Relay) unsavedPositions() bool {
 // the next owner starts where this one stopped). Call it with nothing in
 // flight.
 func (r *Relay) savePositionsNow(ctx context.Context) {
-	if len(r.carry) > 0 {
-		return
-	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), database.QueryTimeout)
 	defer cancel()
 	r.savedAt = time.Now()
