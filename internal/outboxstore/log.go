@@ -93,7 +93,8 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 // row has predecessor_pending set, and the relay keeps it until its
 // predecessor is read. Only the first row of an asset in a page that does
 // not directly follow a known predecessor ($11/$12: the last asset_seq the
-// relay produced per asset) costs a lookup.
+// relay produced per asset, joined by hash: a per-row probe of the array
+// cost rows × assets per page) costs a lookup.
 //
 // The lanes must still be held (the fence with the margin $8): a relay
 // whose lease renewals stalled stops reading before another can take over.
@@ -145,22 +146,30 @@ held AS MATERIALIZED (
   SELECT DISTINCT coalesce(h.asset_id, '') AS asset_key
   FROM bridge.outbox_held h
   WHERE h.status = 'NEW' AND h.lane = ANY($1::int[])
+),
+known AS MATERIALIZED (
+  SELECT k.asset_key, k.asset_seq FROM unnest($11::text[], $12::bigint[]) AS k(asset_key, asset_seq)
+),
+marked AS (
+  SELECT p.*, hk.asset_key IS NOT NULL AS is_held, kk.asset_key IS NOT NULL AS pred_known
+  FROM page p
+  LEFT JOIN held hk ON hk.asset_key = coalesce(p.asset_id, '')
+  LEFT JOIN known kk ON kk.asset_key = coalesce(p.asset_id, '') AND kk.asset_seq = p.asset_seq - 1
 )
 SELECT p.id, p.seq, p.asset_seq, p.topic, p.asset_id, p.lane, p.event_type,
        CASE WHEN p.payload_bytes <= $9 THEN p.payload::text ELSE '' END AS payload, p.payload_bytes,
        p.headers, coalesce(p.traceparent, '') AS traceparent, coalesce(p.tracestate, '') AS tracestate,
        0 AS attempts, p.created_at, false AS replayed, p.xid::text::bigint AS xid, false AS held,
-       EXISTS (SELECT 1 FROM held WHERE held.asset_key = coalesce(p.asset_id, '')) AS asset_held,
+       p.is_held AS asset_held,
        (p.asset_seq > 1
         AND p.prev_in_page IS DISTINCT FROM p.asset_seq - 1
-        AND NOT EXISTS (SELECT 1 FROM unnest($11::text[], $12::bigint[]) k(asset_key, asset_seq)
-                        WHERE k.asset_key = coalesce(p.asset_id, '') AND k.asset_seq = p.asset_seq - 1)
+        AND NOT p.pred_known
         AND EXISTS (SELECT 1 FROM bridge.outbox_log q
                     WHERE coalesce(q.asset_id, '') = coalesce(p.asset_id, '') AND q.asset_seq = p.asset_seq - 1
                       AND NOT pg_visible_in_snapshot(q.xid, $3::pg_snapshot)
                       AND (q.xid, q.seq) > (p.xid, p.seq))) AS predecessor_pending,
        (p.claimable >= $7 OR p.kept < p.claimable) AS more
-FROM page p
+FROM marked p
 ORDER BY p.xid, p.seq`
 
 // BatchParams select a page of a lane group's batch.
