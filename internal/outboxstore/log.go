@@ -191,6 +191,15 @@ type BatchParams struct {
 	Known map[string]int64
 }
 
+// genericPlanSQL makes the batch read sent after it in the same pgx batch
+// (one round trip, one implicit transaction, so the pooled session keeps its
+// setting) run on the prepared statement's generic plan. Planning the read
+// over the log's four tables took 4–7 ms against 1–2 ms of execution, on
+// every page, and PostgreSQL kept choosing a custom plan; the generic plan
+// walks the same indexes (the (xid, seq) index in key order, the asset
+// index for predecessors), whatever the parameters.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // ReadBatch returns the next page of the batch (see batchSQL) and whether
 // more of it is left.
 func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, error) {
@@ -199,8 +208,16 @@ func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, err
 	for k, n := range p.Known {
 		keys, seqs = append(keys, k), append(seqs, n)
 	}
-	rows, err := db.Query(ctx, batchSQL, p.Lanes, p.Member, p.Prev, p.Cur, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq,
+	b := &pgx.Batch{}
+	b.Queue(genericPlanSQL)
+	b.Queue(batchSQL, p.Lanes, p.Member, p.Prev, p.Cur, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq,
 		p.Limit, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, keys, seqs)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, false, fmt.Errorf("read an outbox batch: plan it generically: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, false, fmt.Errorf("read an outbox batch: %w", err)
 	}
