@@ -17,7 +17,7 @@ TEST_ENV = \
 	BRIDGE_TEST_JAEGER_OTLP=127.0.0.1:4318 \
 	BRIDGE_TEST_JAEGER_QUERY=http://127.0.0.1:16686
 
-.PHONY: fuzz all build services services-down chromium console-screenshots test vet test-go test-deploy bench demo clean
+.PHONY: fuzz all build services schema-registry services-down chromium console-screenshots test vet test-go test-deploy bench demo clean
 
 all: build
 
@@ -26,6 +26,13 @@ build:
 
 services:
 	scripts/services-up.sh
+
+# The schema registry (Apicurio, built with Maven on first use): not in the
+# default services. The schema tests start it themselves when it is down;
+# `make test` starts it first so that the first build runs once, before the
+# test packages that need it run in parallel.
+schema-registry:
+	SERVICES=schema-registry scripts/services-up.sh
 
 services-down:
 	scripts/services-down.sh
@@ -57,7 +64,7 @@ ALONE_TESTS = ^TestConsumerStallAfterSIGKILL$$
 
 # Starts the services, then vet, the race-enabled test suite (ALONE_TESTS
 # last, by themselves), and every benchmark once (so they compile and run).
-test: services chromium
+test: services schema-registry chromium
 	$(GO) vet ./...
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 25m -skip '$(ALONE_TESTS)' ./...
 	env $(TEST_ENV) $(GO) test -race -count=1 -timeout 5m -run '$(ALONE_TESTS)' ./internal/chaos/

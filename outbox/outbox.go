@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxbridge/bridge/internal/eventbounds"
 	"github.com/outboxbridge/bridge/internal/topicname"
+	"github.com/outboxbridge/bridge/outbox/schema"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -48,6 +49,26 @@ type Event struct {
 
 // ErrInvalidEvent is returned (wrapped) for an event that cannot be enqueued.
 var ErrInvalidEvent = errors.New("invalid outbox event")
+
+// Validator checks an event's payload against its topic's schema. A
+// *schema.Registry is one.
+type Validator interface {
+	Validate(ctx context.Context, topic string, payload []byte) error
+}
+
+// Schemas, when set, validates every event before it is written: an event
+// of a governed topic (docs/contract.md, "Schema-governed topics") whose
+// payload does not match the topic's current schema is refused with an error
+// wrapping ErrInvalidEvent and a *schema.ViolationError (schema, path, rule),
+// and nothing is written. Set it once at start-up, before the first Enqueue:
+//
+//	reg, err := schema.New(schema.Config{URL: "http://127.0.0.1:8081/apis/ccompat/v7"})
+//	...
+//	outbox.Schemas = reg
+//
+// nil (the default) validates nothing here; the relay still validates and
+// parks what does not match.
+var Schemas Validator
 
 // Logger receives the warning when a malformed trace context is dropped. It
 // may be replaced by the application; nil disables the warning.
@@ -97,6 +118,24 @@ func (e Event) validate() error {
 	return nil
 }
 
+// checkSchema validates ev's payload with Schemas. A payload that does not
+// match is the event's fault (ErrInvalidEvent); a registry that cannot be
+// asked is not, and fails the call without saying the event is bad.
+func checkSchema(ctx context.Context, ev Event) error {
+	if Schemas == nil {
+		return nil
+	}
+	err := Schemas.Validate(ctx, ev.Topic, ev.Payload)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, schema.ErrViolation):
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	default:
+		return fmt.Errorf("enqueue: cannot validate the payload of topic %q: %w", ev.Topic, err)
+	}
+}
+
 // topicProblem says what is wrong with a topic name, or "" when Kafka
 // accepts it. A row whose topic Kafka refuses commits with the
 // application's change and can never be sent: the relay parks it later, far
@@ -109,6 +148,9 @@ func topicProblem(topic string) string { return topicname.Problem(topic) }
 // relay, the consumer and the webhook continue the caller's trace.
 func Enqueue(ctx context.Context, tx pgx.Tx, ev Event) (uuid.UUID, error) {
 	if err := ev.validate(); err != nil {
+		return uuid.Nil, err
+	}
+	if err := checkSchema(ctx, ev); err != nil {
 		return uuid.Nil, err
 	}
 	args, err := enqueueArgs(ctx, ev)
@@ -132,6 +174,9 @@ func Enqueue(ctx context.Context, tx pgx.Tx, ev Event) (uuid.UUID, error) {
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]uuid.UUID, error) {
 	for i, ev := range events {
 		if err := ev.validate(); err != nil {
+			return nil, fmt.Errorf("event %d: %w", i, err)
+		}
+		if err := checkSchema(ctx, ev); err != nil {
 			return nil, fmt.Errorf("event %d: %w", i, err)
 		}
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stops what scripts/services-up.sh started: Kafka, the three-node Kafka
-# cluster and Jaeger (by their pid files: SIGTERM, wait, SIGKILL as a last
+# cluster, the schema registry and Jaeger (by their pid files: SIGTERM, wait, SIGKILL as a last
 # resort) and the PostgreSQL clusters the script created (those with its
 # conf.d/outbox-bridge.conf marker; pg_ctlcluster stop). A server it did not
 # create is left running.
@@ -13,7 +13,7 @@ set -euo pipefail
 
 CACHE="${OUTBOX_BRIDGE_CACHE:-$HOME/.cache/outbox-bridge}"
 STATE="${OUTBOX_BRIDGE_STATE:-$CACHE/state}"
-SERVICES="${SERVICES:-postgres kafka kafka-cluster jaeger}"
+SERVICES="${SERVICES:-postgres kafka kafka-cluster jaeger schema-registry}"
 
 for arg in "$@"; do
 	case $arg in
@@ -70,6 +70,9 @@ if want kafka-cluster; then
 	for n in 1 2 3; do
 		stop_pidfile "kafka-cluster node $n" "$STATE/kafka-cluster/node-$n/kafka.pid" kafka.Kafka 60
 	done
+fi
+if want schema-registry; then
+	stop_pidfile schema-registry "$STATE/schema-registry/registry.pid" schema-registry-runtime 30
 fi
 if want jaeger; then
 	stop_pidfile jaeger "$STATE/jaeger/jaeger.pid" jaeger 30

@@ -13,6 +13,10 @@
 #                  brokers 127.0.0.1:19092,19093,19094 (controllers 19192-19194);
 #                  topics default to replication factor 3, min.insync.replicas 2.
 #                  Not in the default set: the chaos tests start it themselves.
+#   schema-registry  Apicurio Registry 2.4.2.Final (Confluent-compatible API at
+#                  http://127.0.0.1:8081/apis/ccompat/v7), built with Maven from
+#                  scripts/schema-registry, in memory. Not in the default set:
+#                  the schema tests start it themselves.
 #
 # Idempotent: a service whose port already answers is left alone (for the
 # cluster: a node whose port answers; missing nodes are started, which is how
@@ -40,6 +44,7 @@
 # PG_PORT, PG_DEDICATED_PORT, PG_CLUSTER (name of a cluster this script
 # creates, default outbox-bridge), KAFKA_PORT, KAFKA_CONTROLLER_PORT,
 # KAFKA_CLUSTER_PORTS ("19092 19093 19094"; controllers at port+100),
+# SCHEMA_REGISTRY_PORT (8081),
 # OUTBOX_BRIDGE_STATE.
 set -euo pipefail
 
@@ -640,12 +645,95 @@ start_jaeger() {
 	log "Jaeger $ver ready, pid $pid ($(elapsed "$t0"))"
 }
 
+
+# ---------------------------------------------------------------------------
+# Schema registry (SERVICES=schema-registry; not in the default set)
+# ---------------------------------------------------------------------------
+# Apicurio Registry 2.4.2.Final, a Confluent-compatible registry (its API at
+# /apis/ccompat/v7), storage H2 in memory, on 127.0.0.1:$SCHEMA_REGISTRY_PORT.
+# Maven Central has no runnable build of it, so the first start runs the
+# Quarkus build in scripts/schema-registry (about 3.5 minutes with an empty
+# Maven repository, then cached under $SCHEMA_REGISTRY_HOME keyed by the
+# build files' content). Start-up is ~10 s idle, 25 s on a loaded machine:
+# the tests that need it start it (internal/schema's test helper runs this
+# script with SERVICES=schema-registry), so runs that do not pay nothing.
+
+SCHEMA_REGISTRY_VERSION=2.4.2.Final
+SCHEMA_REGISTRY_PORT="${SCHEMA_REGISTRY_PORT:-8081}"
+SCHEMA_REGISTRY_HOME="$CACHE/schema-registry-$SCHEMA_REGISTRY_VERSION"
+SCHEMA_REGISTRY_STATE="$STATE/schema-registry"
+SCHEMA_REGISTRY_READY_TIMEOUT="${SCHEMA_REGISTRY_READY_TIMEOUT:-180}"
+
+schema_registry_url() { echo "http://127.0.0.1:$SCHEMA_REGISTRY_PORT/apis/ccompat/v7"; }
+
+schema_registry_ready() {
+	curl -sf -o /dev/null --max-time 2 "$(schema_registry_url)/subjects"
+}
+
+schema_registry_build() {
+	local dir="$ROOT/scripts/schema-registry" sum stamp="$SCHEMA_REGISTRY_HOME/app/.build.sha256"
+	sum="$(cd "$dir" && find . -type f ! -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+	if [[ -f $stamp && $(cat "$stamp") == "$sum" ]]; then
+		return 0
+	fi
+	command -v mvn >/dev/null || apt_install maven
+	local t0=$SECONDS work="$SCHEMA_REGISTRY_HOME/build" logf="$STATE/schema-registry-mvn.log"
+	log "building Apicurio Registry $SCHEMA_REGISTRY_VERSION with Maven (Quarkus build; log: $logf)"
+	rm -rf "$work"
+	mkdir -p "$work"
+	cp -r "$dir/." "$work/"
+	: >"$logf"
+	local mvn=(mvn -B -ntp -Dstyle.color=never -s "$work/maven-settings.xml" -DskipTests)
+	if ! "${mvn[@]}" -f "$work/config-index-deployment/pom.xml" install >>"$logf" 2>&1 ||
+		! "${mvn[@]}" -f "$work/pom.xml" package >>"$logf" 2>&1; then
+		tail -n 40 "$logf" >&2
+		die "the schema registry build failed (scripts/schema-registry); full log: $logf"
+	fi
+	[[ -f $work/target/schema-registry-runtime-1-runner.jar ]] || die "the schema registry build made no runner jar (see $logf)"
+	rm -rf "$SCHEMA_REGISTRY_HOME/app"
+	mkdir -p "$SCHEMA_REGISTRY_HOME/app"
+	mv "$work/target/schema-registry-runtime-1-runner.jar" "$work/target/lib" "$SCHEMA_REGISTRY_HOME/app/"
+	echo "$sum" >"$stamp"
+	rm -rf "$work"
+	log "schema registry built ($(elapsed "$t0"))"
+}
+
+start_schema_registry() {
+	local t0=$SECONDS
+	command -v curl >/dev/null || apt_install curl ca-certificates
+	if schema_registry_ready; then
+		log "schema registry: $(schema_registry_url) already answers, leaving it alone"
+		return 0
+	fi
+	port_open "$SCHEMA_REGISTRY_PORT" && die "port $SCHEMA_REGISTRY_PORT is taken, but no schema registry answers there"
+	ensure_java
+	schema_registry_build
+	mkdir -p "$SCHEMA_REGISTRY_STATE"
+	log "starting Apicurio Registry $SCHEMA_REGISTRY_VERSION (log: $SCHEMA_REGISTRY_STATE/registry.log)"
+	: >"$SCHEMA_REGISTRY_STATE/registry.log"
+	# Quarkus's own bind check misreports a port as "in use" when it cannot
+	# bind the wildcard address here: bind loopback only.
+	daemon "$SCHEMA_REGISTRY_STATE/registry.log" env HTTP_PORT="$SCHEMA_REGISTRY_PORT" \
+		java -Xms64m -Xmx384m -XX:+UseSerialGC -Dquarkus.http.host=127.0.0.1 \
+		-jar "$SCHEMA_REGISTRY_HOME/app/schema-registry-runtime-1-runner.jar"
+	local pid=$DAEMON_PID deadline=$((SECONDS + SCHEMA_REGISTRY_READY_TIMEOUT))
+	echo "$pid" >"$SCHEMA_REGISTRY_STATE/registry.pid"
+	until schema_registry_ready; do
+		if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+			echo "---- last lines of $SCHEMA_REGISTRY_STATE/registry.log ----" >&2
+			tail -n 30 "$SCHEMA_REGISTRY_STATE/registry.log" >&2 || true
+			die "the schema registry did not answer $(schema_registry_url)/subjects within ${SCHEMA_REGISTRY_READY_TIMEOUT}s"
+		fi
+		sleep 0.5
+	done
+	log "schema registry ready at $(schema_registry_url), pid $pid ($(elapsed "$t0"))"
+}
 # ---------------------------------------------------------------------------
 
 for s in $SERVICES; do
 	case $s in
-	postgres | kafka | jaeger | kafka-cluster) ;;
-	*) die "unknown service '$s' in SERVICES (known: postgres kafka jaeger kafka-cluster)" ;;
+	postgres | kafka | jaeger | kafka-cluster | schema-registry) ;;
+	*) die "unknown service '$s' in SERVICES (known: postgres kafka jaeger kafka-cluster schema-registry)" ;;
 	esac
 done
 mkdir -p "$CACHE" "$STATE"
@@ -664,18 +752,21 @@ want postgres && start_postgres
 want kafka && start_kafka
 want kafka-cluster && start_kafka_cluster
 want jaeger && start_jaeger
+want schema-registry && start_schema_registry
 
 echo
 echo "Services:"
 want postgres && echo "  postgres       ${DATABASE_URL#*@} (role/db bridge, password bridge)"
 want kafka && echo "  kafka          127.0.0.1:$KAFKA_PORT (KRaft controller 127.0.0.1:$KAFKA_CONTROLLER_PORT), Kafka $KAFKA_VERSION, log $KAFKA_STATE/logs/server.log"
 want kafka-cluster && echo "  kafka-cluster  127.0.0.1:${KAFKA_CLUSTER_PORTS// /,127.0.0.1:} (RF 3, min.insync.replicas 2), logs $KAFKA_CLUSTER_STATE/node-*/logs/server.log"
+want schema-registry && echo "  schema-registry $(schema_registry_url) (Apicurio Registry $SCHEMA_REGISTRY_VERSION, in memory), log $SCHEMA_REGISTRY_STATE/registry.log"
 want jaeger && echo "  jaeger         OTLP gRPC 127.0.0.1:4317, OTLP HTTP 127.0.0.1:4318, UI/query http://127.0.0.1:16686, log $JAEGER_STATE/jaeger.log"
 echo
 echo "Environment:"
 want postgres && echo "  export DATABASE_URL='$DATABASE_URL'"
 want kafka && echo "  export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 want kafka-cluster && echo "  export KAFKA_CLUSTER_BROKERS=127.0.0.1:${KAFKA_CLUSTER_PORTS// /,127.0.0.1:}"
+want schema-registry && echo "  export SCHEMA_REGISTRY_URL=$(schema_registry_url)"
 if want jaeger; then
 	echo "  export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"
 	echo "  export JAEGER_QUERY_URL=http://127.0.0.1:16686"

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/opsserver"
+	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
 // Config configures the API.
@@ -46,6 +47,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts rejected requests. nil: not counted.
 	Metrics AuthMetrics
+	// Schemas is the schema registry (SCHEMA_REGISTRY_URL); nil: the
+	// schema endpoints answer 404 naming the variable.
+	Schemas *schema.Registry
 }
 
 // FromConfig is the API's Config from the bridge configuration.
@@ -59,7 +63,20 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Logger:      logger,
 
 		OperationsTopic: cfg.Operations.Topic,
+		Schemas:         schemaRegistry(cfg, logger),
 	}
+}
+
+// schemaRegistry is the registry at SCHEMA_REGISTRY_URL, nil when unset.
+func schemaRegistry(cfg *config.Config, logger *slog.Logger) *schema.Registry {
+	if cfg.Schemas.URL == "" {
+		return nil
+	}
+	reg, err := schema.New(schema.Config{URL: cfg.Schemas.URL, RefreshInterval: cfg.Schemas.Refresh})
+	if err != nil && logger != nil {
+		logger.Warn("admin API: no schema endpoints", "error", err)
+	}
+	return reg
 }
 
 // MinTokenLength is the ADMIN_TOKEN length below which Mount warns: a
@@ -108,6 +125,7 @@ type adminAPI struct {
 	rejections  *rejectionLog
 	metrics     AuthMetrics
 	routes      *http.ServeMux
+	schemas     *schema.Registry
 }
 
 func newAPI(cfg Config) *adminAPI {
@@ -119,6 +137,7 @@ func newAPI(cfg Config) *adminAPI {
 		log:         cfg.Logger,
 		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
+		schemas:     cfg.Schemas,
 	}
 	a.subs.Operations = cfg.OperationsTopic
 	if a.log == nil {
@@ -156,6 +175,8 @@ func (a *adminAPI) routeTable() []route {
 		{"GET /api/v1/deliveries/{id}/attempts", a.deliveryAttempts},
 		{"POST /api/v1/deliveries/revive", a.reviveDeliveries},
 		{"POST /api/v1/deliveries/recover", a.recoverDeliveries},
+		{"GET /api/v1/schemas", a.listSchemas},
+		{"GET /api/v1/schemas/{topic}", a.schemaHistory},
 	}
 }
 

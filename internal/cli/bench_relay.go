@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,8 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
 	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
+	schemaKind := c.Flags().String("schema", "", "json: drain a governed topic (JSON Schema in SCHEMA_REGISTRY_URL, validated and framed) against an ungoverned one, --rounds times each, instead of the drain")
+	rounds := c.Flags().Int("rounds", 3, "with --schema: governed/ungoverned drain pairs in the run")
 	holdXmin := c.Flags().Bool("hold-xmin", false, "with --sustain: hold a transaction open in another session for the whole run")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *events < 1 || *assets < 1 || *payloadBytes < 2 || *partitions < 1 || *rate < 1 || *duration <= 0 || *replicas < 1 || *writers < 0 || *txEvents < 0 || *sustain < 0 {
@@ -86,6 +89,16 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			// 5,000 events/s: the run measured the pool, not the relay.
 			*conns = int32(cmp.Or(*writers, relaybench.SustainWriters)) + 16
 		}
+		switch *schemaKind {
+		case "", "json":
+		case "avro":
+			return UsageErrorf("--schema avro: the bridge validates and frames JSON Schema subjects only")
+		default:
+			return UsageErrorf("--schema must be json, got %q", *schemaKind)
+		}
+		if *schemaKind != "" && (*sustain > 0 || *rounds < 1) {
+			return UsageErrorf("--schema is a drain of its own: not with --sustain, and --rounds must be at least 1")
+		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {
 			return err
@@ -103,6 +116,32 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		rc := relay.ConfigFromEnv(cfg.Relay)
 		rc.Logger = newLogger(cfg)
 		progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "bench relay: "+s) }
+		if *schemaKind != "" {
+			reg, err := newSchemaRegistry(cfg)
+			if err != nil {
+				return err
+			}
+			if reg == nil {
+				return &config.Error{Var: "SCHEMA_REGISTRY_URL", Problem: "is required by bench relay --schema"}
+			}
+			res, err := relaybench.SchemaDrain(ctx, pool, kopts, rc, reg, relaybench.SchemaOptions{
+				Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions, Rounds: *rounds,
+			}, progress)
+			if err != nil {
+				return err
+			}
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, [][]string{
+				{"backlog per drain", fmt.Sprintf("%d events over %d assets, %d-byte payloads", res.Events, res.Assets, res.PayloadBytes)},
+				{"ungoverned drain", fmt.Sprintf("%.0f events/s (median; rounds %s)", res.UngovernedDrainRate, rates(res.UngovernedDrainRates))},
+				{"governed drain (JSON Schema)", fmt.Sprintf("%.0f events/s (median; rounds %s), schema id %d", res.GovernedDrainRate, rates(res.GovernedDrainRates), res.SchemaID)},
+				{"governed / ungoverned", fmt.Sprintf("%.0f%%", 100*res.GovernedRatio)},
+				{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
+				{"value hook per event", fmt.Sprintf("ungoverned %.0f ns, governed %.0f ns", res.ValueUngovernedNs, res.ValueGovernedNs)},
+			})
+		}
 		if *sustain > 0 {
 			if !cmd.Flags().Changed("rate") {
 				*rate = 5000
@@ -142,6 +181,14 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 		return nil
 	})
 	return c
+}
+
+func rates(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {

@@ -12,7 +12,9 @@ import (
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
+	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/relay"
+	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
 // stage is one long-running part of the bridge as the command layer sees
@@ -163,11 +165,27 @@ func newRelay(cfg *config.Config, rt *runtime) (*relay.Relay, func(), error) {
 	rc.TracerProvider = rt.TracerProvider
 	rc.Metrics = rt.RelayMetrics
 	rc.OperationsTopic = cfg.Operations.Topic
+	reg, err := newSchemaRegistry(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if reg != nil {
+		rc.Values = reg
+	}
 	client, err := newProducer(cfg, rc)
 	if err != nil {
 		return nil, nil, err
 	}
 	return relay.New(rt.Pool, client, rc), client.Close, nil
+}
+
+// newSchemaRegistry is the registry that governs topics, nil when
+// SCHEMA_REGISTRY_URL is unset.
+func newSchemaRegistry(cfg *config.Config) (*schema.Registry, error) {
+	if cfg.Schemas.URL == "" {
+		return nil, nil
+	}
+	return schema.New(schema.Config{URL: cfg.Schemas.URL, RefreshInterval: cfg.Schemas.Refresh})
 }
 
 // newProducer builds the relay's Kafka client.
@@ -198,6 +216,19 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := rt.watchProgress(cfg, &progress.Watch{
+		Stage: "consume",
+		Count: func() int64 { return c.Stats().Records },
+		Waiting: func(context.Context) (string, error) {
+			if n := c.Held(); n > 0 {
+				return fmt.Sprintf("it holds %d polled records not stored yet", n), nil
+			}
+			return "", nil
+		},
+	}); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -213,7 +244,24 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.Metrics = rt.DeliveryMetrics
 	dc.OperationsTopic = cfg.Operations.Topic
 	dc.Keys = cfg.Secrets.Ring()
-	return delivery.NewDeliverer(rt.Pool, dc)
+	d, err := delivery.NewDeliverer(rt.Pool, dc)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.watchProgress(cfg, &progress.Watch{Stage: "deliver", Count: d.Progress, Waiting: d.Waiting}); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// watchProgress puts w on /readyz (READY_STALL_TIMEOUT) and its stall on
+// /metrics (bridge_stage_stalled_seconds).
+func (rt *runtime) watchProgress(cfg *config.Config, w *progress.Watch) error {
+	w.After = cfg.HTTP.ReadyStallTimeout
+	if rt.Ops != nil {
+		rt.Ops.AddCheck(w.Check())
+	}
+	return rt.observe(rt.Metrics.ObserveStall(w))
 }
 
 // stageCommand is one of the commands that run stages (relay, consume,

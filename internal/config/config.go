@@ -207,6 +207,11 @@ type HTTP struct {
 	// JAEGER_UI_URL: a Jaeger UI to link trace pages to (<url>/trace/<id>);
 	// empty: no link (the Jaeger scripts/services-up.sh builds has no UI).
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
+	// READY_STALL_TIMEOUT: a consumer or deliverer that made no progress
+	// for this long while work waits for it reports not ready on /readyz
+	// (check consume_progress or deliver_progress); 0 turns the check off.
+	// Default 5m.
+	ReadyStallTimeout time.Duration `env:"READY_STALL_TIMEOUT" envDefault:"5m"`
 }
 
 // HTTPOff is the HTTP_ADDR value that disables the ops server (an empty
@@ -497,6 +502,34 @@ func (c Webhook) validate() error {
 	return err
 }
 
+// SchemaRegistry configures the Confluent-compatible schema registry that governs
+// topics (docs/contract.md, "Schema-governed topics").
+type SchemaRegistry struct {
+	// SCHEMA_REGISTRY_URL: the registry's Confluent-compatible API (for
+	// Apicurio Registry http://HOST:8081/apis/ccompat/v7). When set, the relay
+	// validates and frames the events of every governed topic. Default none
+	// (no topic is governed).
+	URL string `env:"SCHEMA_REGISTRY_URL" secret:"url"`
+	// SCHEMA_REGISTRY_REFRESH: how long a topic's latest schema is used
+	// before the registry is asked again (a new version is in force within
+	// this, without a restart). Default 5s.
+	Refresh time.Duration `env:"SCHEMA_REGISTRY_REFRESH" envDefault:"5s"`
+}
+
+func (c SchemaRegistry) validate() error {
+	if c.Refresh <= 0 {
+		return fieldError("SCHEMA_REGISTRY_REFRESH", c.Refresh.String(), "must be positive")
+	}
+	if c.URL == "" {
+		return nil
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fieldError("SCHEMA_REGISTRY_URL", RedactURL(c.URL), "must be an http:// or https:// URL of the registry's Confluent-compatible API")
+	}
+	return nil
+}
+
 // Operations configures the operational events (subscription disabled,
 // enabled, failing, secret rotated; delivery dead; outbox row FAILED) that
 // the relay, the deliverer and the subscription commands enqueue into
@@ -576,6 +609,7 @@ type Config struct {
 	// Operations: BRIDGE_OPERATIONS_TOPIC.
 	Operations Operations
 	Secrets    Secrets
+	Schemas    SchemaRegistry
 }
 
 // Error is a configuration error naming the variable at fault.
@@ -634,7 +668,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	opts := env.Options{Environment: environ}
 	// Database is parsed on its own so a command that does not need it does
 	// not fail on the required DATABASE_URL.
-	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Secrets, &cfg.Operations}
+	parts := []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Secrets, &cfg.Operations, &cfg.Schemas}
 	if needs.Database {
 		parts = append(parts, &cfg.Database)
 	} else {
@@ -653,7 +687,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	if v, ok := environ["BRIDGE_OPERATIONS_TOPIC"]; ok && strings.TrimSpace(v) == "" {
 		cfg.Operations.Topic = ""
 	}
-	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse(), cfg.Operations.validate()}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse(), cfg.Operations.validate(), cfg.Schemas.validate()}
 	if needs.Database {
 		checks = append(checks, cfg.Database.validate())
 	}

@@ -22,7 +22,7 @@ import (
 func Defaults() Config {
 	var cfg Config
 	opts := env.Options{Environment: map[string]string{}}
-	for _, p := range []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Operations} {
+	for _, p := range []any{&cfg.Log, &cfg.Kafka, &cfg.HTTP, &cfg.Relay, &cfg.Consumer, &cfg.Webhook, &cfg.Operations, &cfg.Schemas} {
 		if err := env.ParseWithOptions(p, opts); err != nil {
 			panic(fmt.Sprintf("config: an envDefault tag does not parse: %v", err))
 		}

@@ -334,6 +334,28 @@ func TestConsoleActionsInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("replay all that match an error text, across topics", func(t *testing.T) {
+		b.t = t
+		want := f.outboxCount(t, "tinyb", "FAILED")
+		b.do(chromedp.Navigate(base+"/ui/outbox"), chromedp.WaitVisible(chromedp.ID("filters")),
+			chromedp.SendKeys(chromedp.CSS(`#filters input[name=error]`), "TOO LARGE"), chromedp.Submit(chromedp.CSS(`#filters input[name=error]`)),
+			chromedp.WaitVisible(chromedp.ID("replay-all")))
+		b.do(chromedp.Click(chromedp.ID("replay-all")), chromedp.WaitVisible(chromedp.ID("confirm-count")))
+		if got := b.text("#confirm-count"); got != strconv.FormatInt(want, 10) {
+			t.Fatalf("confirmation count = %q, want the %d FAILED rows of tinyb", got, want)
+		}
+		b.do(chromedp.Click(chromedp.ID("confirm-replay")), chromedp.WaitVisible(chromedp.ID("flash")))
+		if n := f.outboxCount(t, "tinyb", "FAILED"); n != 0 {
+			t.Fatalf("tinyb: %d FAILED left", n)
+		}
+		if n := f.outboxCount(t, "tinyesc", "FAILED"); n != 1 {
+			t.Fatalf("tinyesc (another error): %d FAILED, want 1 untouched", n)
+		}
+		if e := f.lastAudit(t, audit.OutboxReplayMatching, want); e.Scope != "error=TOO LARGE" {
+			t.Fatalf("audit scope = %q", e.Scope)
+		}
+	})
+
 	t.Run("the NEW and SENT views page through every row once", func(t *testing.T) {
 		b.t = t
 		rowIDs := func() []string {
@@ -591,6 +613,21 @@ func TestConsoleActionsInBrowser(t *testing.T) {
 			t.Fatalf("the other subscription: %d dead, want 3", n)
 		}
 		f.lastAudit(t, audit.DeliveriesReviveSub, dead)
+		// The stream page follows its stream without a reload.
+		b.do(chromedp.Navigate(base+"/ui/streams?subscription="+subID+"&asset=a-1"), chromedp.WaitVisible(chromedp.ID("stream-live")))
+		if got := b.text("#open"); got == "0" {
+			t.Fatal("the revived stream a-1 shows nothing open")
+		}
+		if _, err := db.Pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now()
+			WHERE subscription_id = $1 AND asset_id = 'a-1' AND status IN ('pending', 'delivering')`, subID); err != nil {
+			t.Fatal(err)
+		}
+		b.eventually(30*time.Second, func() string {
+			if got := b.text("#open"); got != "0" {
+				return "the stream page still shows " + got + " open"
+			}
+			return ""
+		})
 	})
 
 	t.Run("search by id", func(t *testing.T) {

@@ -39,8 +39,8 @@ type DeliveryReader interface {
 var _ DeliveryReader = (*store.DeliveryStore)(nil)
 
 // audit writes one console action to the audit log. The action has
-// happened: a failure to record it is logged (and the operator told), not
-// answered as the action's failure.
+// happened: a failure to record it is logged as an error, not answered as
+// the action's failure (the operator would retry an action that is done).
 func (c *Console) audit(r *http.Request, action, target, scope string, rows int64) {
 	e := audit.Entry{Actor: c.actor, Via: audit.ViaConsole, Remote: audit.Remote(r), Action: action, Target: target, Scope: scope, Rows: rows}
 	if err := audit.Record(context.WithoutCancel(r.Context()), c.pool, e); err != nil {

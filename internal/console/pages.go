@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -242,8 +243,7 @@ func (c *Console) outboxReplay(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		scope := filterValues(r.PostForm, failedKeys...).Encode()
-		c.audit(r, audit.OutboxReplayMatching, "", cmp.Or(scope, "all FAILED"), n)
+		c.audit(r, audit.OutboxReplayMatching, "", cmp.Or(scopeOf(filterValues(r.PostForm, failedKeys...)), "all FAILED"), n)
 		c.setFlash(s, fmt.Sprintf("Replayed %s: they are NEW again and the relay sends them in their original order.", plural(n, "FAILED row", "FAILED rows")))
 		http.Redirect(w, r, link("/ui/outbox", filterValues(r.PostForm, failedKeys...)), http.StatusSeeOther)
 		return nil
@@ -804,6 +804,16 @@ func plural[N int | int64](n N, one, many string) string {
 		return "1 " + one
 	}
 	return group(int64(n)) + " " + many
+}
+
+// scopeOf writes a filter as the audit log keeps it: "topic=orders
+// error=too large", keys in order, values as typed.
+func scopeOf(q url.Values) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		parts = append(parts, k+"="+q.Get(k))
+	}
+	return strings.Join(parts, " ")
 }
 
 // oneTarget is the id an action on one selected row names in the audit

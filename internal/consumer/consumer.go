@@ -39,6 +39,7 @@ type Consumer struct {
 	logger *slog.Logger
 
 	stats     counters
+	held      atomic.Int64 // records polled and not yet finished (Held)
 	started   atomic.Bool
 	closeOnce sync.Once
 
@@ -246,7 +247,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		c.held.Store(int64(len(recs)))
 		err := c.handle(work, recs)
+		c.held.Store(0)
 		c.client.AllowRebalance()
 		if errors.Is(err, errCrash) {
 			return err
@@ -259,6 +262,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Held is how many polled records the consumer holds and has not finished:
+// work waiting for it. With Stats().Records (which grows as records are
+// finished) it tells a consumer stuck on a batch from an idle one
+// (internal/progress).
+func (c *Consumer) Held() int64 { return c.held.Load() }
 
 // errCrash wraps the error of a test's beforeCommit hook.
 var errCrash = errors.New("simulated crash before offset commit")

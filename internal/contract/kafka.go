@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/eventbounds"
+	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
 // Header names of the Kafka record (docs/contract.md, "Kafka record").
@@ -222,6 +223,14 @@ func Decode(r *kgo.Record) (Message, error) {
 		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderDedupID, len(dedupID), eventbounds.MaxDedupID)}
 	}
 	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
+	// A governed topic's value carries the Confluent framing (magic byte 0,
+	// schema id) before the JSON: the delivery is the JSON, as for any topic
+	// (docs/contract.md, "Schema-governed topics"). JSON never starts with
+	// the byte 0, so an ungoverned value is never mistaken for a framed one.
+	value := r.Value
+	if _, p, ok := schema.Unframe(value); ok {
+		value = p
+	}
 	switch {
 	case eventType == "":
 		return m, &DecodeError{"no " + HeaderEventType + " header"}
@@ -231,7 +240,7 @@ func Decode(r *kgo.Record) (Message, error) {
 		return m, &DecodeError{fmt.Sprintf("key (the asset id) is %d bytes long; at most %d are allowed", len(r.Key), eventbounds.MaxAssetID)}
 	case !isText(r.Key):
 		return m, &DecodeError{"key is not UTF-8 text"}
-	case !utf8.Valid(r.Value) || !json.Valid(r.Value):
+	case !utf8.Valid(value) || !json.Valid(value):
 		return m, &DecodeError{"value is not valid JSON"}
 	}
 	m.EventType = eventType
@@ -246,7 +255,7 @@ func Decode(r *kgo.Record) (Message, error) {
 		id := string(r.Key)
 		m.AssetID = &id
 	}
-	m.Payload = r.Value
+	m.Payload = value
 	return m, nil
 }
 

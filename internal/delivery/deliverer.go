@@ -58,6 +58,7 @@ type Deliverer struct {
 
 // counters are the engine's own figures (Stats).
 type counters struct {
+	progress                       atomic.Int64 // see Progress
 	claims, claimed, claimNanos    atomic.Int64
 	records, recorded, recordNanos atomic.Int64
 }
@@ -424,6 +425,9 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			cancel()
 			if want > 0 {
 				took := time.Since(began)
+				if err == nil {
+					d.stats.progress.Add(1)
+				}
 				d.stats.claims.Add(1)
 				d.stats.claimed.Add(int64(len(claims)))
 				d.stats.claimNanos.Add(int64(took))
@@ -722,6 +726,7 @@ func (d *Deliverer) record(batch []recorded) {
 	var current []bool
 	began := time.Now()
 	defer func() {
+		d.stats.progress.Add(1)
 		d.stats.records.Add(1)
 		d.stats.recorded.Add(int64(len(batch)))
 		d.stats.recordNanos.Add(int64(time.Since(began)))

@@ -205,6 +205,15 @@ func (r Readiness) withoutDetails() Readiness {
 // OK reports whether every check passed.
 func (r Readiness) OK() bool { return r.Status == "ready" }
 
+// AddCheck adds a check to /readyz: one only a stage built after the
+// server can provide (a stage's progress, internal/progress).
+func (s *Server) AddCheck(c Check) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	s.cfg.Checks = append(s.cfg.Checks, c)
+	s.lastAt = time.Time{}
+}
+
 // Ready runs the checks (concurrently, each with the check timeout) and
 // returns the result, reusing one younger than cfg.CacheFor.
 func (s *Server) Ready(ctx context.Context) Readiness {

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxbridge/bridge/outbox/schema"
 )
 
 // failureClass says what a produce failure means for the row (docs/failure-modes.md §4:
@@ -47,6 +49,11 @@ func classify(err error) failureClass {
 		errors.Is(err, kerr.PolicyViolation),
 		errors.Is(err, kerr.CorruptMessage):
 		return suspect
+	case errors.Is(err, schema.ErrViolation):
+		// The payload does not match its governed topic's schema: no
+		// retry changes the stored payload (docs/contract.md,
+		// "Schema-governed topics").
+		return poison
 	case errors.Is(err, kerr.InvalidTopicException),
 		errors.Is(err, kerr.TopicAuthorizationFailed),
 		errors.Is(err, kerr.ClusterAuthorizationFailed),

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,12 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/service"
 )
+
+// ValueMaker maps a row's (topic, payload) to its record value. A
+// *schema.Registry is one.
+type ValueMaker interface {
+	Value(ctx context.Context, topic string, payload []byte) ([]byte, error)
+}
 
 // Config configures a Relay. Zero values take the defaults given. A field
 // read from the environment names its variable; its default is that
@@ -57,6 +64,13 @@ type Config struct {
 	// headers to every record with it as ce_source (RELAY_CLOUDEVENTS=binary
 	// and RELAY_CLOUDEVENTS_SOURCE). Default: none (off).
 	CloudEventsSource string
+	// Values, when set, makes each record's value from its row's topic and
+	// payload: for a schema-governed topic (outbox/schema) the payload
+	// validated and framed with the Confluent wire format. An error wrapping
+	// schema.ErrViolation parks the row at its first try (poison); any other
+	// error is charged as a failed send. nil: the value is the payload
+	// (SCHEMA_REGISTRY_URL unset).
+	Values ValueMaker
 	// MemberID identifies this replica in bridge.relay_lanes. Default: a new
 	// random id per Relay (a restarted process never inherits a zombie's
 	// leases).

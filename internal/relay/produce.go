@@ -115,6 +115,22 @@ func endSpan(span trace.Span, res sendResult) {
 	span.End()
 }
 
+// setValue is the schema hook: with Config.Values set, the record's value
+// is what it makes of the row's topic and payload (framed for a governed
+// topic). Its error is the row's send result: a schema violation is poison
+// (classify), a registry that cannot be asked is charged like a failed send.
+func (r *Relay) setValue(ctx context.Context, rec *kgo.Record, w *row) error {
+	if r.cfg.Values == nil {
+		return nil
+	}
+	v, err := r.cfg.Values.Value(ctx, w.Topic, rec.Value)
+	if err != nil {
+		return err
+	}
+	rec.Value = v
+	return nil
+}
+
 // produce sends rows[idx...] and waits for every acknowledgement. It
 // returns when the last record was handed to the client.
 func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []sendResult) (buffered time.Time) {
@@ -126,6 +142,12 @@ func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []s
 		w := rows[i]
 		sctx, span := r.startSpan(pctx, w)
 		rec := record(sctx, w, r.cfg.CloudEventsSource)
+		if err := r.setValue(sctx, rec, w); err != nil {
+			results[i] = sendResult{err: err}
+			endSpan(span, results[i])
+			wg.Done()
+			continue
+		}
 		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
 			defer wg.Done()
 			results[i] = sendResult{partition: rec.Partition, offset: rec.Offset, err: err}
@@ -148,6 +170,11 @@ func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {
 	sctx, span := r.startSpan(pctx, w)
 	span.SetAttributes(attribute.Bool("outbox.resent_alone", true))
 	rec := record(sctx, w, r.cfg.CloudEventsSource)
+	if err := r.setValue(sctx, rec, w); err != nil {
+		out := sendResult{err: err}
+		endSpan(span, out)
+		return out
+	}
 	res := r.client.ProduceSync(pctx, rec)
 	out := sendResult{partition: rec.Partition, offset: rec.Offset, err: res.FirstErr()}
 	endSpan(span, out)
