@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -32,6 +33,9 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// AllowHTTP accepts http:// subscription URLs (WEBHOOK_ALLOW_HTTP).
 	AllowHTTP bool
+	// AllowedCIDRs: a subscription URL whose host is a literal address the
+	// deliverer refuses is refused, except in these (WEBHOOK_ALLOWED_CIDRS).
+	AllowedCIDRs []netip.Prefix
 	// SecretGrace is how long a rotated-out secret keeps signing
 	// (WEBHOOK_SECRET_GRACE).
 	SecretGrace time.Duration
@@ -59,8 +63,10 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		Pool:        pool,
 		AllowHTTP:   cfg.Webhook.AllowHTTP,
 		SecretGrace: cfg.Webhook.SecretGrace,
-		Keys:        cfg.Secrets.Ring(),
-		Logger:      logger,
+		// config.Load has parsed WEBHOOK_ALLOWED_CIDRS already: no error here.
+		AllowedCIDRs: func() []netip.Prefix { p, _ := cfg.Webhook.ParsedAllowedCIDRs(); return p }(),
+		Keys:         cfg.Secrets.Ring(),
+		Logger:       logger,
 
 		OperationsTopic: cfg.Operations.Topic,
 		Schemas:         schemaRegistry(cfg, logger),
@@ -132,7 +138,7 @@ func newAPI(cfg Config) *adminAPI {
 	a := &adminAPI{
 		tokenDigest: sha256.Sum256([]byte(strings.TrimSpace(cfg.Token))),
 		pool:        cfg.Pool,
-		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
+		subs:        store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys).WithAllowedCIDRs(cfg.AllowedCIDRs),
 		deliveries:  store.NewDeliveryStore(cfg.Pool),
 		log:         cfg.Logger,
 		metrics:     cfg.Metrics,

@@ -505,6 +505,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown field (typo)", "POST", "/api/v1/outbox/replay", `{"all_failed": true, "topics": "assets"}`, 400, "topics"},
 		{"unknown field on enable", "POST", s + "/enable", `{"force": true}`, 400, "force"},
 		{"unknown field on rotate", "POST", s + "/rotate-secret", `{"secret": "whsec_mine"}`, 400, "secret"},
+		// A literal address the deliverer's dialer refuses is refused here.
+		{"URL to the metadata address", "POST", "/api/v1/subscriptions", `{"url": "https://169.254.169.254/latest", "event_types": ["*"]}`, 400, "url"},
+		{"URL to loopback (hex)", "PATCH", s, `{"url": "https://0x7f000001/h"}`, 400, "url"},
 		// Wrong types.
 		{"wrong type", "POST", "/api/v1/subscriptions", `{"url": 42, "event_types": ["*"]}`, 400, "url"},
 		{"wrong element type", "POST", "/api/v1/deliveries/revive", `{"ids": ["1"]}`, 400, "ids"},
@@ -629,5 +632,13 @@ func TestOversizeBodies(t *testing.T) {
 	got := b.do(t, "GET", "/api/v1/subscriptions/"+sub, "").want(t, http.StatusOK).obj(t)
 	if count != 1 || got["description"] != "" || got["enabled"] != true || len(got["secrets"].([]any)) != 1 {
 		t.Fatalf("an oversize body changed something: %d subscriptions, %v", count, got)
+	}
+}
+
+// A request without a body (rotate-secret) given one names no fields: the
+// message says it takes none, not "known fields: )".
+func TestKnownFieldsOfABodilessRequest(t *testing.T) {
+	if got := knownFields(&struct{}{}); got != "none: this request takes no body" {
+		t.Errorf("knownFields(empty) = %q", got)
 	}
 }

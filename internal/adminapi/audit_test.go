@@ -14,7 +14,7 @@ import (
 // the rows it changed; a refused write (bad input) leaves none.
 func TestAPIActionsAudited(t *testing.T) {
 	b, ctx := setup(t)
-	sub := b.do(t, "POST", "/api/v1/subscriptions", `{"url": "http://127.0.0.1:9/hook", "event_types": ["*"]}`).want(t, 201).obj(t)
+	sub := b.do(t, "POST", "/api/v1/subscriptions", `{"url": "http://localhost:9/hook", "event_types": ["*"]}`).want(t, 201).obj(t)
 	id := sub["id"].(string)
 	secret := sub["secret"].(string)
 	b.do(t, "PATCH", "/api/v1/subscriptions/"+id, `{"description": "d"}`).want(t, 200)

@@ -190,6 +190,9 @@ func knownFields(dst any) string {
 			names = append(names, name)
 		}
 	}
+	if len(names) == 0 {
+		return "none: this request takes no body"
+	}
 	return strings.Join(names, ", ")
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/deliverbench"
+	"github.com/outboxbridge/bridge/internal/kafkaclient"
 )
 
 func init() { registerBench(newBenchDeliverCmd) }
@@ -51,6 +52,14 @@ logged each) in the table before the backlog, as WEBHOOK_RETENTION keeps them
 behind a deliverer that has run for a while: the claims and outcomes should
 cost the same with and without them.
 
+--engine kafka runs the fast lane instead (WEBHOOK_FAST_LANE): the backlog
+is produced to a fresh topic of --partitions partitions on KAFKA_BROKERS (one
+record per event, fanned out to every subscription: --events deliveries in
+--events/--subscriptions records), and --replicas members of a fresh group
+drain it, each next to a slow-lane deliverer. It adds the row writes per
+delivery to the bridge's tables over the drain (pg_stat_user_tables) and
+the deliveries handed to the slow lane; there is no live phase.
+
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is
 allowed for the receiver.`,
@@ -77,6 +86,8 @@ allowed for the receiver.`,
 	conns := c.Flags().Int32("db-conns", 20, "PostgreSQL pool size for the deliverer")
 	keep := c.Flags().Bool("keep-db", false, "do not drop the scratch database")
 	delivered := c.Flags().Int("delivered", 0, "deliveries already delivered (one attempt each) in the table before the backlog, as retention keeps them")
+	engine := c.Flags().String("engine", "postgres", "postgres (every delivery a claimed row) or kafka (the fast lane)")
+	partitions := c.Flags().Int32("partitions", 12, "partitions of the bench topic (--engine kafka)")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
 			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
@@ -90,11 +101,25 @@ allowed for the receiver.`,
 		if *failing+*slow >= *subs {
 			return UsageErrorf("--failing-subscriptions (%d) + --slow-subscriptions (%d) must leave at least one of the --subscriptions (%d) healthy", *failing, *slow, *subs)
 		}
-		cfg, err := loadConfig(config.Needs{Database: true})
+		if *engine != "postgres" && *engine != "kafka" {
+			return UsageErrorf("--engine must be postgres or kafka, not %q", *engine)
+		}
+		if *partitions < 1 {
+			return UsageErrorf("--partitions must be at least 1")
+		}
+		cfg, err := loadConfig(config.Needs{Database: true, Kafka: *engine == "kafka"})
 		if err != nil {
 			return err
 		}
 		logger := newLogger(cfg)
+		var fast *deliverbench.FastLaneOptions
+		if *engine == "kafka" {
+			kopts, err := kafkaclient.Options(cfg.Kafka, logger)
+			if err != nil {
+				return err
+			}
+			fast = &deliverbench.FastLaneOptions{KafkaOpts: kopts, Partitions: *partitions}
+		}
 		dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 		if err != nil {
 			return err
@@ -123,6 +148,7 @@ allowed for the receiver.`,
 			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
 			Deliverer: dc, Logger: logger, Replicas: *replicas,
 			FailingSubscriptions: *failing, SlowSubscriptions: *slow, SlowDelay: *slowDelay, Delivered: *delivered,
+			Kafka: fast,
 		})
 		if err != nil {
 			return err
@@ -158,6 +184,10 @@ allowed for the receiver.`,
 			{"overlapping requests of one stream", fmt.Sprint(res.Overlaps)},
 			{"signature failures", fmt.Sprint(res.SignatureFailures)},
 			{"CPU per delivery: PostgreSQL / this process (µs)", fmt.Sprintf("%.0f / %.0f", res.PostgresCPUMicrosPerDelivery, res.ProcessCPUMicrosPerDelivery)},
+			{"engine", res.Engine},
+			{"row writes per delivery: inserts / updates / deletes", fmt.Sprintf("%.3f / %.3f / %.3f",
+				res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)},
+			{"handed to the slow lane", fmt.Sprint(res.HandedOver)},
 		}
 		for _, iv := range res.LiveIntervals {
 			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),

@@ -224,6 +224,7 @@ func TestCLIConfigListsTrimmedAlike(t *testing.T) {
 		"WEBHOOK_RETRY_SCHEDULE": "1s, 2s ,3m",
 		"KAFKA_BROKERS":          " k1:9092 , k2:9092",
 		"CONSUMER_TOPICS":        "assets, orders",
+		"HTTP_ADDR":              "off",
 	}, "config", "-o", "json")
 	if r.code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
@@ -237,6 +238,7 @@ func TestCLIConfigListsTrimmedAlike(t *testing.T) {
 		"WEBHOOK_RETRY_SCHEDULE": "1s,2s,3m0s",
 		"KAFKA_BROKERS":          "k1:9092,k2:9092",
 		"CONSUMER_TOPICS":        "assets,orders",
+		"HTTP_ADDR":              "off", // not "": the server is off, not unset
 	}
 	for _, s := range settings {
 		if w, ok := want[s.Var]; ok && s.Value != w {
@@ -338,6 +340,14 @@ func TestCLIVersion(t *testing.T) {
 	want := regexp.MustCompile(fmt.Sprintf(`^bridge \S+ \(schema version %d\)\n$`, database.LatestVersion()))
 	if !want.MatchString(r.stdout) {
 		t.Errorf("stdout %q does not match %s", r.stdout, want)
+	}
+	r = bridge(t, nil, "version", "-o", "json")
+	var v struct {
+		Version       string `json:"version"`
+		SchemaVersion int64  `json:"schema_version"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != ExitOK || v.Version == "" || v.SchemaVersion != database.LatestVersion() {
+		t.Errorf("version -o json: exit %d %q (%v)", r.code, r.stdout, err)
 	}
 }
 

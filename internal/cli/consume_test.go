@@ -12,6 +12,9 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 		"missing":     {"", "CONSUMER_TOPICS is required"},
 		"blank":       {" , ", `CONSUMER_TOPICS=" , " has an empty item`},
 		"bad pattern": {"orders,~assets.(", `CONSUMER_TOPICS="~assets.(" is not a valid regular expression`},
+		"bad topic":   {"orders,bad topic", `CONSUMER_TOPICS="bad topic" is not a valid Kafka topic name: only ASCII letters`},
+		"too long":    {strings.Repeat("x", 250), `is not a valid Kafka topic name: it is 250 characters long`},
+		"internal":    {"~orders,__consumer_offsets", `CONSUMER_TOPICS="__consumer_offsets" is not a valid Kafka topic name`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Nothing listens on port 1: reaching PostgreSQL or Kafka would
@@ -21,6 +24,31 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 			t.Setenv("CONSUMER_TOPICS", tc.topics)
 			var stdout, stderr bytes.Buffer
 			if code := Execute([]string{"consume"}, &stdout, &stderr); code != ExitUsage {
+				t.Fatalf("exit %d (stderr %q), want %d", code, stderr.String(), ExitUsage)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// With the fast lane on, `bridge deliver` reads the topics; `bridge consume`
+// refuses at once, naming the variable, and `bridge deliver` refuses to run
+// without the topics it now reads.
+func TestFastLaneSettingsAreCheckedBeforeConnecting(t *testing.T) {
+	for name, tc := range map[string]struct{ cmd, topics, want string }{
+		"consume":                {"consume", "assets", "WEBHOOK_FAST_LANE"},
+		"deliver without topics": {"deliver", "", "CONSUMER_TOPICS is required"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable")
+			t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+			t.Setenv("CONSUMER_TOPICS", tc.topics)
+			t.Setenv("WEBHOOK_FAST_LANE", "true")
+			t.Setenv("BRIDGE_ALLOW_PLAINTEXT_SECRETS", "true")
+			var stdout, stderr bytes.Buffer
+			if code := Execute([]string{tc.cmd}, &stdout, &stderr); code != ExitUsage {
 				t.Fatalf("exit %d (stderr %q), want %d", code, stderr.String(), ExitUsage)
 			}
 			if !strings.Contains(stderr.String(), tc.want) {

@@ -304,11 +304,13 @@ func newDeliveriesReviveCmd() *cobra.Command {
 				for _, n := range notRevived {
 					fmt.Fprintf(w, "not revived: %d %s\n", n.ID, n.Reason)
 				}
-				fmt.Fprintln(w, "they are delivered in their original order once their subscription is enabled")
+				if len(revived) > 0 {
+					fmt.Fprintln(w, "they are delivered in their original order once their subscription is enabled")
+				}
 			}
 			if !bySub && len(revived) == 0 {
 				// Asked for ids and nothing happened: not a success.
-				return fmt.Errorf("none of the %d id(s) given was revived (each is listed above with the reason)", len(notRevived))
+				return noneActed("revived", len(notRevived), anyNotFound(notRevived))
 			}
 			return nil
 		})

@@ -73,9 +73,14 @@ VALUES ($1, 1, now(), 12.5, 500, 'HTTP 500 Internal Server Error', 'upstream exp
 		t.Errorf("second revive: %s", out)
 	}
 	// By id again: the delivery is pending now, 999999 does not exist;
-	// each is named with its reason, and nothing revived exits 1.
+	// each is named with its reason, and nothing revived with an id naming
+	// nothing exits 2 (not found); with every id existing, 1. Nothing was
+	// revived, so nothing is promised about delivery.
+	if code, out, errOut := runBridge(t, "deliveries", "revive", ids); code != ExitRuntime || strings.Contains(out, "once their subscription is enabled") {
+		t.Errorf("revive of a pending delivery: exit %d\n%s\n%s", code, out, errOut)
+	}
 	code, out, errOut := runBridge(t, "deliveries", "revive", ids, "999999")
-	if code != ExitRuntime || !strings.Contains(out, "not revived: "+ids+" is pending, not dead") ||
+	if code != ExitUsage || !strings.Contains(out, "not revived: "+ids+" is pending, not dead") ||
 		!strings.Contains(out, "not revived: 999999 no such delivery") || !strings.Contains(errOut, "none of the 2") {
 		t.Errorf("revive of ids not dead: exit %d\n%s\n%s", code, out, errOut)
 	}

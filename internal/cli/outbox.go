@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/database/statement"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
@@ -70,31 +72,52 @@ func newOutboxStatsCmd() *cobra.Command {
 	return c
 }
 
+// maxFailedPage bounds one page of `outbox failed`, as every listing's
+// (deliveries list: 1000): a larger page is a query and an output nobody
+// reads, and --cursor reaches the rest.
+const maxFailedPage = 1000
+
 func newOutboxFailedCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "failed",
-		Short: "List FAILED (parked) rows with attempts and last error",
+		Use:   "failed [--topic T] [--limit N] [--cursor CURSOR]",
+		Short: "List FAILED (parked) rows with attempts and last error, a page at a time",
 		Example: `  bridge outbox failed --topic assets --limit 20
-  bridge outbox failed --payload -o json`,
+  bridge outbox failed --payload -o json
+  bridge outbox failed --cursor 10234   # next page (the command is printed by the previous one)`,
 		Args: cobra.NoArgs,
 	}
 	topic := c.Flags().String("topic", "", "only rows of this topic")
-	limit := c.Flags().Int("limit", 100, "at most this many rows")
+	limit := c.Flags().Int("limit", 100, fmt.Sprintf("rows per page (1-%d)", maxFailedPage))
+	cursor := c.Flags().String("cursor", "", "next_cursor of the previous page")
 	payload := c.Flags().Bool("payload", false, "include payloads (off by default: triage, not reading event contents)")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
-		if *limit < 1 {
-			return UsageErrorf("--limit must be at least 1, got %d", *limit)
+		if *limit < 1 || *limit > maxFailedPage {
+			return UsageErrorf("--limit must be between 1 and %d, got %d", maxFailedPage, *limit)
+		}
+		var after int64
+		if *cursor != "" {
+			n, err := strconv.ParseInt(*cursor, 10, 64)
+			if err != nil || n < 0 {
+				return UsageErrorf("--cursor %q is not a cursor printed by a previous page", *cursor)
+			}
+			after = n
 		}
 		var rows []outboxstore.FailedRow
 		err := withDB(cmd.Context(), func(_ *config.Config, pool *pgxpool.Pool) (err error) {
-			rows, err = outboxstore.ListFailed(cmd.Context(), pool, *topic, *limit, *payload, 0)
+			// One row more than the page says whether there is a next one.
+			rows, err = outboxstore.ListFailed(cmd.Context(), pool, *topic, *limit+1, *payload, after)
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		next := ""
+		if len(rows) > *limit {
+			rows = rows[:*limit]
+			next = strconv.FormatInt(rows[len(rows)-1].Seq, 10)
+		}
 		if out == "json" {
-			return printList(cmd.OutOrStdout(), rows, "")
+			return printList(cmd.OutOrStdout(), rows, next)
 		}
 		table := make([][]string, 0, len(rows))
 		for _, r := range rows {
@@ -112,7 +135,21 @@ func newOutboxFailedCmd() *cobra.Command {
 		if *payload {
 			header = append(header, "PAYLOAD")
 		}
-		return printTable(cmd.OutOrStdout(), header, table)
+		w := cmd.OutOrStdout()
+		if err := printTable(w, header, table); err != nil {
+			return err
+		}
+		if next != "" {
+			line := []string{"bridge", "outbox", "failed"}
+			for _, f := range []string{"topic", "limit", "payload"} {
+				if cmd.Flags().Changed(f) {
+					line = append(line, "--"+f+"="+shellQuote(cmd.Flags().Lookup(f).Value.String()))
+				}
+			}
+			line = append(line, "--cursor", next)
+			fmt.Fprintf(w, "\nmore: %s\n", strings.Join(line, " "))
+		}
+		return nil
 	})
 	return c
 }
@@ -188,9 +225,30 @@ func newOutboxReplayCmd() *cobra.Command {
 		if !*all && n == 0 {
 			// Asked for ids and nothing happened: a script must not read
 			// that as success.
-			return fmt.Errorf("none of the %d id(s) given was replayed (each is listed above with the reason)", len(skipped))
+			return noneActed("replayed", len(skipped), anyNotFound(skipped))
 		}
 		return nil
 	})
 	return c
+}
+
+// noneActed is the error of an operator command given ids that did none of
+// them: "not found" (an id naming nothing) exits 2, like every command
+// given an unknown id (subscriptions show, deliveries show); ids that all
+// exist but are in another state exit 1.
+func noneActed(verb string, n int, notFound bool) error {
+	if notFound {
+		return UsageErrorf("none of the %d id(s) given was %s: not found (each is listed above with the reason)", n, verb)
+	}
+	return fmt.Errorf("none of the %d id(s) given was %s (each is listed above with the reason)", n, verb)
+}
+
+// anyNotFound reports whether an id left alone names nothing.
+func anyNotFound[ID any](left []statement.LeftAlone[ID]) bool {
+	for _, l := range left {
+		if strings.HasPrefix(l.Reason, "no such") {
+			return true
+		}
+	}
+	return false
 }

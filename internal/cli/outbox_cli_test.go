@@ -92,10 +92,15 @@ func TestCLIOutboxStatsFailedReplay(t *testing.T) {
 	}
 
 	// Ids that are not FAILED (ids[1] is NEW again) or do not exist are
-	// reported with the reason; none replayed exits 1, not "replayed 0".
+	// reported with the reason; none replayed is not "replayed 0": exit 2
+	// when an id names nothing (not found, as everywhere), 1 when every id
+	// exists in another state.
 	const unknown = "0b7c6a4e-5f0e-4f43-9d4c-2f3f0f6b8e11"
+	if r := bridge(t, env, "outbox", "replay", "--id", ids[1].String()); r.code != 1 || !strings.Contains(r.stdout, "is NEW, not FAILED") {
+		t.Fatalf("replay of a NEW row: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 	r = bridge(t, env, "outbox", "replay", "--id", ids[1].String(), "--id", unknown)
-	if r.code != 1 || !strings.Contains(r.stdout, "not replayed: "+ids[1].String()+" is NEW, not FAILED") ||
+	if r.code != 2 || !strings.Contains(r.stdout, "not replayed: "+ids[1].String()+" is NEW, not FAILED") ||
 		!strings.Contains(r.stdout, "not replayed: "+unknown+" no such outbox row") || !strings.Contains(r.stderr, "none of the 2 id(s)") {
 		t.Fatalf("replay of ids not FAILED: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -106,8 +111,58 @@ func TestCLIOutboxStatsFailedReplay(t *testing.T) {
 			ID, Reason string
 		} `json:"not_replayed"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || r.code != 1 || js.Replayed != 0 || len(js.NotReplayed) != 1 || js.NotReplayed[0].Reason != "no such outbox row" {
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || r.code != 2 || js.Replayed != 0 || len(js.NotReplayed) != 1 || js.NotReplayed[0].Reason != "no such outbox row" {
 		t.Fatalf("replay -o json of an unknown id: exit %d %+v (%v)\n%s", r.code, js, err, r.stdout)
+	}
+}
+
+// `outbox failed` pages like every listing: --limit is bounded (1-1000), a
+// full page ends with the command for the next one, and following the
+// cursors lists every FAILED row once, in seq order.
+func TestCLIOutboxFailedPagesByCursor(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `SELECT bridge.enqueue('assets', 'a' || i, 'asset.created', '{}') FROM generate_series(1, 25) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.outbox SET status = 'FAILED', attempts = 10, failed_at = now(), last_error = 'x'`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": db.URL}
+	for _, bad := range [][]string{{"--limit", "100000000"}, {"--limit", "1001"}, {"--cursor", "abc"}} {
+		if r := bridge(t, env, append([]string{"outbox", "failed"}, bad...)...); r.code != 2 || !strings.Contains(r.stderr, strings.TrimPrefix(bad[0], "--")) {
+			t.Errorf("failed %v: exit %d %q, want 2", bad, r.code, r.stderr)
+		}
+	}
+	seen := map[string]bool{}
+	var pages int
+	args := []string{"outbox", "failed", "--limit", "10", "-o", "json"}
+	for {
+		r := bridge(t, env, args...)
+		var page struct {
+			Items      []struct{ ID string } `json:"items"`
+			NextCursor string                `json:"next_cursor"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &page) != nil {
+			t.Fatalf("%v: exit %d %q %q", args, r.code, r.stdout, r.stderr)
+		}
+		pages++
+		for _, it := range page.Items {
+			if seen[it.ID] {
+				t.Fatalf("row %s listed twice", it.ID)
+			}
+			seen[it.ID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		args = []string{"outbox", "failed", "--limit", "10", "-o", "json", "--cursor", page.NextCursor}
+	}
+	if len(seen) != 25 || pages != 3 {
+		t.Errorf("%d rows in %d pages, want 25 in 3", len(seen), pages)
+	}
+	if r := bridge(t, env, "outbox", "failed", "--limit", "10"); r.code != 0 || !strings.Contains(r.stdout, "more: bridge outbox failed --limit=10 --cursor ") {
+		t.Errorf("table page does not print the next command: %q", r.stdout)
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/kafkatest"
+	"github.com/outboxbridge/bridge/internal/keyring/keyringtest"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/opsserver"
 	"github.com/outboxbridge/bridge/internal/pgtest"
@@ -130,4 +132,164 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil || n != 5 {
 		t.Errorf("%d deliveries after recovering (%v), want 5", n, err)
 	}
+}
+
+// SIGTERM to `bridge run` while its consumer retries a batch (a transient
+// error on every attempt): the process is done within 10 s, the time
+// orchestrators give between SIGTERM and SIGKILL.
+func TestRunStopsWithinTenSecondsWhileTheConsumerRetries(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://example.com/hook', '{*}');
+CREATE SEQUENCE public.fault_hits;
+CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM nextval('public.fault_hits');
+  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';
+END $$;
+CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.fault();`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(map[string]string{
+		"DATABASE_URL":       db.URL,
+		"KAFKA_BROKERS":      strings.Join(brokers, ","),
+		"CONSUMER_TOPICS":    topic,
+		"CONSUMER_GROUP":     "g-" + topic,
+		"HTTP_ADDR":          "127.0.0.1:0",
+		"BRIDGE_SECRET_KEYS": keyringtest.Keys,
+	}, config.Needs{Database: true, Kafka: true, Topics: true, Secrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, uses := needsOf(allStages)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rt, err := startRuntimeWith(runCtx, cfg, serviceAll, uses, runtimeOptions{
+		getenv: func(string) string { return "" }, logger: logging.New(t.Output(), "warn", "text"),
+		refresh: 100 * time.Millisecond, noGlobals: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runBuilt(runCtx, cfg, rt, allStages) }()
+	if _, err := db.Pool.Exec(ctx, `SELECT bridge.enqueue($1, 'a', 'asset.updated', '{}') FROM generate_series(1, 5)`, topic); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, func() string {
+		var n int64
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT last_value FROM public.fault_hits WHERE is_called), 0)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return testkit.Unless(n >= 8, "%d failed attempts", n)
+	})
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30s of SIGTERM")
+	}
+	rt.Close()
+	t.Logf("stopped %s after SIGTERM", time.Since(began))
+	if took := time.Since(began); took >= 10*time.Second {
+		t.Errorf("bridge run took %s to stop while its consumer retried, want under 10s", took)
+	}
+}
+
+// The deliverer's side of the same rule: deliveries are due and every claim
+// fails (a serialization failure injected on the claim's update), so the
+// deliverer is alive, connected and stuck; /readyz turns not ready within
+// READY_STALL_TIMEOUT, naming what is due, and ready again once claims work.
+func TestReadyzTurnsNotReadyWhenTheDelivererMakesNoProgressAndBackWhenItRecovers(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	ctx := context.Background()
+	var subID string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO bridge.subscriptions (url, event_types) VALUES ('https://example.com/hook', '{*}') RETURNING id::text`).Scan(&subID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+CREATE TABLE public.fault_on (on_ boolean);
+INSERT INTO public.fault_on VALUES (true);
+CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM public.fault_on) THEN
+    RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fault BEFORE UPDATE ON bridge.deliveries FOR EACH ROW EXECUTE FUNCTION public.fault();`); err != nil {
+		t.Fatal(err)
+	}
+	var f store.Fanout
+	for i := range 3 {
+		idx := f.AddEvent(store.Event{ID: uuid.NewString(), Type: "asset.updated", Topic: "assets", Payload: fmt.Sprintf(`{"i":%d}`, i), CreatedAt: time.Now()})
+		f.Deliver(idx, subID)
+	}
+	if err := store.Enqueue(ctx, db.Pool, &f); err != nil {
+		t.Fatal(err)
+	}
+
+	const stall = 2 * time.Second
+	cfg, err := config.Load(map[string]string{
+		"DATABASE_URL":        db.URL,
+		"HTTP_ADDR":           "127.0.0.1:0",
+		"READY_STALL_TIMEOUT": stall.String(),
+		"BRIDGE_SECRET_KEYS":  keyringtest.Keys,
+		// The receiver does not exist: claims that work fail their attempt,
+		// which is progress too.
+		"WEBHOOK_RETRY_SCHEDULE": "1h",
+	}, deliverStage.needs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	rt, err := startRuntimeWith(runCtx, cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
+		getenv: func(string) string { return "" }, logger: logging.New(t.Output(), "warn", "text"),
+		refresh: 100 * time.Millisecond, noGlobals: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runBuilt(runCtx, cfg, rt, []stage{deliverStage}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("deliver: %v", err)
+		}
+		rt.Close()
+	})
+	began := time.Now()
+	progressCheck := func() (opsserver.CheckResult, bool) {
+		for _, c := range rt.Ops.Ready(ctx).Checks {
+			if c.Name == "deliver_progress" {
+				return c, true
+			}
+		}
+		return opsserver.CheckResult{}, false
+	}
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, ok := progressCheck()
+		return testkit.Unless(ok && !c.OK, "deliver_progress still ok (present: %v)", ok)
+	})
+	if took := time.Since(began); took > stall+5*time.Second {
+		t.Errorf("not ready %s after start, want within %s", took, stall)
+	}
+	if c, _ := progressCheck(); !strings.Contains(c.Error, "deliver made no progress for") || !strings.Contains(c.Error, "3 deliveries are due") {
+		t.Errorf("deliver_progress error %q does not give the reason", c.Error)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.fault_on`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, _ := progressCheck()
+		return testkit.Unless(c.OK, "deliver_progress still failing after recovering: %s", c.Error)
+	})
 }

@@ -349,7 +349,9 @@ func (rt *runtime) waitForDependencies(ctx context.Context, cfg *config.Config, 
 			Logger:         rt.Logger,
 		}
 	}
-	err := service.Retry(ctx, wait("connect to PostgreSQL at "+dbAddr), func(ctx context.Context) error {
+	pgWait := wait("connect to PostgreSQL at " + dbAddr)
+	pgWait.Permanent = database.IsAuthFailure // a wrong password is not an outage
+	err := service.Retry(ctx, pgWait, func(ctx context.Context) error {
 		if err := database.Ping(ctx, rt.Pool, dbAddr, database.AttemptTimeout(cfg.Database)); err != nil {
 			return err
 		}

@@ -134,6 +134,11 @@ func newConfigCmd() *cobra.Command {
 				// Where an operator looks first: what it takes.
 				settings[i].Value = secretKeysUnset
 			}
+			if settings[i].Var == "HTTP_ADDR" && settings[i].Value == "" {
+				// config.Load turns "off" into "" for the runtime; show
+				// what the operator set.
+				settings[i].Value = config.HTTPOff
+			}
 		}
 		if ce != nil {
 			for i := range settings {
@@ -167,15 +172,23 @@ const missingValue = "(missing: required)"
 const secretKeysUnset = "(not set: required by deliver, run, secret writes and the admin API; format: " + keyring.Format + ")"
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:     "version",
 		GroupID: groupSetup,
 		Short:   "Print the bridge version and the schema version it needs",
-		Example: `  bridge version`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "bridge %s (schema version %d)\n", version.String(), database.LatestVersion())
-			return nil
-		},
+		Example: `  bridge version
+  bridge version -o json`,
+		Args: cobra.NoArgs,
 	}
+	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
+		if out == "json" {
+			return printJSON(cmd.OutOrStdout(), struct {
+				Version       string `json:"version"`
+				SchemaVersion int64  `json:"schema_version"`
+			}{version.String(), database.LatestVersion()})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "bridge %s (schema version %d)\n", version.String(), database.LatestVersion())
+		return nil
+	})
+	return c
 }

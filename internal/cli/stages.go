@@ -11,6 +11,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -51,10 +52,18 @@ var relayStage = stage{
 }
 
 var consumeStage = stage{
-	name:     "consume",
-	needs:    config.Needs{Database: true, Kafka: true, Topics: true},
-	uses:     serviceNeeds{kafka: true},
-	validate: func(cfg *config.Config) error { return consumer.ValidateTopics(cfg.Consumer.Topics) },
+	name:  "consume",
+	needs: config.Needs{Database: true, Kafka: true, Topics: true},
+	uses:  serviceNeeds{kafka: true},
+	validate: func(cfg *config.Config) error {
+		if cfg.Webhook.FastLane {
+			// Two readers of the topics in one group would split the
+			// partitions between the two paths for nothing.
+			return &config.Error{Var: "WEBHOOK_FAST_LANE", Value: "true",
+				Problem: "makes `bridge deliver` read CONSUMER_TOPICS itself; stop `bridge consume` (its pending deliveries are served by `bridge deliver`)"}
+		}
+		return consumer.ValidateTopics(cfg.Consumer.Topics)
+	},
 	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
 		c, err := newConsumer(cfg, rt)
 		if err != nil {
@@ -70,12 +79,38 @@ var deliverStage = stage{
 	name:  "deliver",
 	needs: config.Needs{Database: true, Secrets: true},
 	uses:  serviceNeeds{deliveries: true},
+	validate: func(cfg *config.Config) error {
+		if !cfg.Webhook.FastLane {
+			return nil
+		}
+		if err := cfg.Kafka.Validate(true); err != nil {
+			return err
+		}
+		if err := cfg.Consumer.Validate(true); err != nil {
+			return err
+		}
+		return consumer.ValidateTopics(cfg.Consumer.Topics)
+	},
 	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
 		d, err := newDeliverer(cfg, rt)
 		if err != nil {
 			return nil, nil, err
 		}
-		return d.Run, nil, nil
+		if !cfg.Webhook.FastLane {
+			return d.Run, nil, nil
+		}
+		l, err := newFastLane(cfg, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The slow lane (bridge.deliveries) and the fast lane (the
+		// partitions this member owns) side by side.
+		return func(ctx context.Context) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return d.Run(gctx) })
+			g.Go(func() error { return l.Run(gctx) })
+			return g.Wait()
+		}, nil, nil
 	},
 }
 
@@ -108,6 +143,7 @@ func runStages(ctx context.Context, service string, stages ...stage) error {
 	if err != nil {
 		return err
 	}
+	stages = withoutConsume(cfg, stages)
 	for _, s := range stages {
 		if s.validate != nil {
 			if err := s.validate(cfg); err != nil {
@@ -124,6 +160,21 @@ func runStages(ctx context.Context, service string, stages ...stage) error {
 	}
 	defer rt.Close()
 	return runBuilt(ctx, cfg, rt, stages)
+}
+
+// withoutConsume drops the consume stage from a list of several when the
+// fast lane reads the topics (`bridge run` with WEBHOOK_FAST_LANE).
+func withoutConsume(cfg *config.Config, stages []stage) []stage {
+	if !cfg.Webhook.FastLane || len(stages) < 2 {
+		return stages
+	}
+	out := make([]stage, 0, len(stages))
+	for _, s := range stages {
+		if s.name != consumeStage.name {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // runBuilt builds the stages on rt and runs them together.
@@ -262,6 +313,27 @@ func (rt *runtime) watchProgress(cfg *config.Config, w *progress.Watch) error {
 		rt.Ops.AddCheck(w.Check())
 	}
 	return rt.observe(rt.Metrics.ObserveStall(w))
+}
+
+// newFastLane builds the deliverer's fast lane: a member of CONSUMER_GROUP
+// on CONSUMER_TOPICS posting from memory (WEBHOOK_FAST_LANE).
+func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
+	kopts, err := kafkaclient.Options(cfg.Kafka, rt.Logger)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := delivery.ConfigFromEnv(cfg.Webhook)
+	if err != nil {
+		return nil, err
+	}
+	return fastlane.New(rt.Pool, kopts, fastlane.Config{
+		Group: cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
+		Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription, Timeout: dc.Timeout,
+		RetrySchedule: dc.RetrySchedule, AttemptRetention: dc.Retention, ShutdownGrace: dc.ShutdownGrace,
+		SessionTimeout: cfg.Consumer.SessionTimeout, RebalanceTimeout: cfg.Consumer.RebalanceTimeout,
+		Keys: cfg.Secrets.Ring(), AllowedCIDRs: dc.AllowedCIDRs,
+		TracerProvider: rt.TracerProvider, Logger: rt.Logger, Metrics: rt.DeliveryMetrics,
+	})
 }
 
 // stageCommand is one of the commands that run stages (relay, consume,

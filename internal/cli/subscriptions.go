@@ -45,6 +45,9 @@ func withSecretsDB(ctx context.Context, f func(cfg *config.Config, pool *pgxpool
 // the secrets it writes under BRIDGE_SECRET_KEYS.
 func subscriptionStore(cfg *config.Config, pool *pgxpool.Pool) *store.SubscriptionStore {
 	s := store.NewSubscriptionStore(pool, cfg.Webhook.AllowHTTP, cfg.Webhook.SecretGrace).WithKeys(cfg.Secrets.Ring())
+	// config.Load has parsed WEBHOOK_ALLOWED_CIDRS already: no error here.
+	allowed, _ := cfg.Webhook.ParsedAllowedCIDRs()
+	s.WithAllowedCIDRs(allowed)
 	s.Operations = cfg.Operations.Topic
 	return s
 }

@@ -55,6 +55,7 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"empty event types", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", ""}, "event-types must list at least one"},
 		{"blank event type", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "a,,b"}, "event-types"},
 		{"bad wildcard", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*.created"}, "event-types"},
+		{"control character", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "order\x1b[31m.created"}, "must not contain control characters"},
 		{"bad -o", []string{"subscriptions", "list", "-o", "yaml"}, "--output must be table or json"},
 		{"url too long", []string{"subscriptions", "create", "--url", "https://x.example/" + strings.Repeat("a", 10000), "--event-types", "*"}, "at most 2048"},
 		{"url port out of range", []string{"subscriptions", "create", "--url", "https://x.example:99999/", "--event-types", "*"}, "port 99999"},
@@ -71,10 +72,19 @@ func TestSubscriptionsCLIBadInputsExitTwo(t *testing.T) {
 		{"rate limit not a number", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*", "--rate-limit", "fast"}, "--rate-limit"},
 		{"zero burst", []string{"subscriptions", "create", "--url", "https://x.example/", "--event-types", "*", "--rate-limit", "5", "--rate-burst", "0"}, "--rate-burst"},
 		{"burst alone on update", []string{"subscriptions", "update", unknown, "--rate-burst", "5"}, "--rate-burst"},
+		{"metadata address", []string{"subscriptions", "create", "--url", "https://169.254.169.254/latest", "--event-types", "*"}, "169.254.169.254, in 169.254.0.0/16 (link-local, cloud metadata)"},
+		{"loopback", []string{"subscriptions", "create", "--url", "https://127.0.0.1:8443/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8 (loopback)"},
+		{"ipv6 loopback", []string{"subscriptions", "create", "--url", "https://[::1]/", "--event-types", "*"}, "::1, in ::1/128 (loopback)"},
+		{"hex loopback", []string{"subscriptions", "create", "--url", "https://0x7f000001/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"decimal loopback", []string{"subscriptions", "create", "--url", "https://2130706433/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"short loopback", []string{"subscriptions", "create", "--url", "https://127.1/", "--event-types", "*"}, "127.0.0.1, in 127.0.0.0/8"},
+		{"mapped loopback", []string{"subscriptions", "create", "--url", "https://[::ffff:127.0.0.1]/", "--event-types", "*"}, "IPv4-mapped"},
+		{"private on update", []string{"subscriptions", "update", unknown, "--url", "https://10.0.0.5/"}, "10.0.0.5, in 10.0.0.0/8 (private, RFC 1918)"},
 		{"missing id", []string{"subscriptions", "show"}, "accepts 1 arg"},
 		{"revive nothing", []string{"deliveries", "revive"}, "give delivery ids"},
 		{"revive sub without --dead", []string{"deliveries", "revive", "--subscription", unknown}, "--dead"},
 		{"revive bad id", []string{"deliveries", "revive", "x1"}, "not a positive integer"},
+		{"revive unknown id", []string{"deliveries", "revive", "999999"}, "not found"},
 		{"revive unknown subscription", []string{"deliveries", "revive", "--subscription", unknown, "--dead"}, "not found"},
 		{"list bad status", []string{"deliveries", "list", "--status", "lost"}, "status"},
 		{"list bad cursor", []string{"deliveries", "list", "--cursor", "abc"}, "cursor"},
@@ -146,5 +156,19 @@ func TestSubscriptionsCLILifecycle(t *testing.T) {
 	}
 	if out := mustRunBridge(t, "subscriptions", "list", "-o", "json"); strings.Join(strings.Fields(out), "") != `{"items":[]}` {
 		t.Errorf("list after delete: %s", out)
+	}
+}
+
+// WEBHOOK_ALLOWED_CIDRS, the dialer's exemptions, admit a literal address
+// at create time too (the demo and the tests' loopback receivers); a host
+// name is not resolved at create time (the dialer checks it).
+func TestSubscriptionsCLIAcceptsAllowedLiteralAddress(t *testing.T) {
+	webhookCLIEnv(t)
+	t.Setenv("WEBHOOK_ALLOW_HTTP", "true")
+	t.Setenv("WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8")
+	mustRunBridge(t, "subscriptions", "create", "--url", "http://127.0.0.1:9/hook", "--event-types", "*")
+	mustRunBridge(t, "subscriptions", "create", "--url", "http://localhost:9/hook", "--event-types", "*")
+	if code, _, errOut := runBridge(t, "subscriptions", "create", "--url", "http://[::1]:9/hook", "--event-types", "*"); code != ExitUsage || !strings.Contains(errOut, "::1") {
+		t.Errorf("[::1] outside WEBHOOK_ALLOWED_CIDRS: exit %d, stderr %q", code, errOut)
 	}
 }

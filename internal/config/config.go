@@ -446,6 +446,13 @@ type Webhook struct {
 	// WEBHOOK_RETENTION: delivered deliveries (and their attempt log) older
 	// than this are deleted; dead ones are kept for revive. Default 168h.
 	Retention time.Duration `env:"WEBHOOK_RETENTION" envDefault:"168h"`
+	// WEBHOOK_FAST_LANE: deliver straight from the event topics: each
+	// `bridge deliver` joins CONSUMER_GROUP on CONSUMER_TOPICS and posts from
+	// memory; only streams whose head failed (and rate-limited
+	// subscriptions) go through bridge.deliveries. `bridge consume` is then
+	// not run (`bridge run` leaves it out). Requires KAFKA_BROKERS and
+	// CONSUMER_TOPICS. Default false.
+	FastLane bool `env:"WEBHOOK_FAST_LANE" envDefault:"false"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
@@ -469,9 +476,16 @@ func (c Webhook) validate() error {
 	if len(c.RetrySchedule) == 0 {
 		return fieldError("WEBHOOK_RETRY_SCHEDULE", "", "must list at least one duration")
 	}
-	for _, d := range c.RetrySchedule {
+	for i, d := range c.RetrySchedule {
 		if d < 0 {
-			return fieldError("WEBHOOK_RETRY_SCHEDULE", d.String(), "durations must not be negative")
+			// The whole value, and which item: quoting only "-1s" reads as
+			// if that were the variable's value.
+			all := make([]string, len(c.RetrySchedule))
+			for j, x := range c.RetrySchedule {
+				all[j] = x.String()
+			}
+			return fieldError("WEBHOOK_RETRY_SCHEDULE", strings.Join(all, ","),
+				fmt.Sprintf("item %d (%s) is negative; durations must not be negative", i+1, d))
 		}
 	}
 	switch {

@@ -97,6 +97,7 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"WEBHOOK_LEASE", "1s", config.Needs{}, "longer than WEBHOOK_TIMEOUT"},
 		{"WEBHOOK_RETRY_SCHEDULE", "5s,banana", config.Needs{}, "banana"},
 		{"WEBHOOK_RETRY_SCHEDULE", "5s,-1s", config.Needs{}, "negative"},
+		{"WEBHOOK_RETRY_SCHEDULE", "1h,-1s", config.Needs{}, `WEBHOOK_RETRY_SCHEDULE="1h0m0s,-1s" item 2 (-1s) is negative`},
 		{"WEBHOOK_ALLOWED_CIDRS", "notacidr", config.Needs{}, "not a CIDR"},
 		{"WEBHOOK_CLAIM_LOOPS", "0", config.Needs{}, "between 1 and 64"},
 		{"WEBHOOK_CLAIM_BYTES", "0", config.Needs{}, "at least 1"},

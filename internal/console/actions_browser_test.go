@@ -196,7 +196,7 @@ func TestConsoleActionsInBrowser(t *testing.T) {
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output()), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ops := opsserver.New(opsserver.Config{Addr: "127.0.0.1:0", Logger: logger})
-	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger}
+	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger, AllowedCIDRs: loopback}
 	adminapi.Mount(ops, api)
 	ui, err := console.Mount(ops, console.Config{Config: api, SampleEvery: time.Second})
 	if err != nil || ui == nil {

@@ -124,7 +124,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	var authFailures atomic.Int64
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
 	ops := opsserver.New(opsserver.Config{Addr: "127.0.0.1:0", Logger: logger})
-	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger}
+	api := adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, SecretGrace: time.Hour, Logger: logger, AllowedCIDRs: loopback}
 	adminapi.Mount(ops, api)
 	api.Metrics = authCounter{&authFailures} // the console's wrong tokens only
 	kcfg := kafkaConfig(brokers)

@@ -148,7 +148,7 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{
 		cfg:        cfg,
 		pool:       cfg.Pool,
-		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys),
+		subs:       store.NewSubscriptionStore(cfg.Pool, cfg.AllowHTTP, cfg.SecretGrace).WithKeys(cfg.Keys).WithAllowedCIDRs(cfg.AllowedCIDRs),
 		actions:    store.NewDeliveryStore(cfg.Pool),
 		deliveries: cfg.Deliveries,
 		actor:      audit.TokenID(cfg.Token),

@@ -215,3 +215,8 @@ func startPipeline(t *testing.T, ctx context.Context, pool *pgxpool.Pool, broker
 		}
 	})
 }
+
+// loopback lets the tests' subscriptions point at 127.0.0.1, the way
+// WEBHOOK_ALLOWED_CIDRS does for a bridge whose receivers run on loopback;
+// without it the console refuses a literal loopback address at create.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}

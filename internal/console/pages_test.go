@@ -21,7 +21,7 @@ import (
 func TestEveryPageRendersEmpty(t *testing.T) {
 	db := pgtest.NewParallel(t)
 	mux := http.NewServeMux()
-	ui, err := console.Mount(mux, console.Config{Config: adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true}})
+	ui, err := console.Mount(mux, console.Config{Config: adminapi.Config{Token: token, Pool: db.Pool, AllowHTTP: true, AllowedCIDRs: loopback}})
 	if err != nil || ui == nil {
 		t.Fatalf("Mount: %v, %v", ui, err)
 	}

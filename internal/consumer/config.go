@@ -54,7 +54,9 @@ type Config struct {
 	// ShutdownTimeout: how long Run may take, once its context is cancelled,
 	// to finish the batch in flight and commit it. A batch not finished by
 	// then is abandoned uncommitted (it is redelivered and deduplicated
-	// later). Default 30s.
+	// later). Default 7s: a batch takes milliseconds, so only a batch
+	// retried through an outage waits this long, and a process stops within
+	// the 10s orchestrators give between SIGTERM and SIGKILL.
 	ShutdownTimeout time.Duration
 	// RetryBackoff and RetryBackoffMax: delay before retrying a failed
 	// transaction or dead-letter produce, doubling up to the max. Defaults
@@ -99,7 +101,7 @@ func (c Config) withDefaults() Config {
 	c = config.FillZero(c, envDefaults)
 	c.PruneInterval = cmp.Or(c.PruneInterval, 10*time.Minute)
 	c.PruneBatch = cmp.Or(c.PruneBatch, 5000)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 7*time.Second)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, 100*time.Millisecond)
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, 5*time.Second)
 	c.DeadLetterTimeout = cmp.Or(c.DeadLetterTimeout, 30*time.Second)

@@ -24,6 +24,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/service"
+	"github.com/outboxbridge/bridge/internal/topicname"
 	"github.com/outboxbridge/bridge/internal/tracing"
 	"github.com/outboxbridge/bridge/internal/version"
 )
@@ -164,7 +165,14 @@ func topicOptions(topics []string) ([]kgo.Opt, error) {
 		if t == "" {
 			continue
 		}
-		regex = regex || strings.HasPrefix(t, "~")
+		isRegex := strings.HasPrefix(t, "~")
+		// A name Kafka refuses would be fetched forever, logging
+		// INVALID_TOPIC_EXCEPTION: refuse it at start-up instead, by the
+		// rule the outbox's topics follow.
+		if p := topicname.Problem(t); !isRegex && p != "" {
+			return nil, &config.Error{Var: "CONSUMER_TOPICS", Value: t, Problem: "is not a valid Kafka topic name: " + p}
+		}
+		regex = regex || isRegex
 		clean = append(clean, t)
 	}
 	if len(clean) == 0 {

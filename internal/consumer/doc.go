@@ -109,8 +109,11 @@
 //
 // A record whose value is not JSON (or not UTF-8), whose headers cannot be read
 // (a non-numeric asset-seq, a header or key that is not UTF-8 text, no
-// event-type), or whose payload PostgreSQL rejects (a \u0000 escape in jsonb)
-// is produced to "<topic>.dlq" with its original key, value, headers and
+// event-type), whose key, dedup-id or event-type is past its bound
+// (internal/eventbounds), or whose data PostgreSQL refuses (classify: a
+// \u0000 escape in jsonb, an index entry too large, …; the batch is split
+// in halves under savepoints until such records are alone, and the rest
+// commits) is produced to "<topic>.dlq" with its original key, value, headers and
 // timestamp plus a dlq-reason header (and dlq-topic, dlq-partition,
 // dlq-offset), and counted in Stats.DeadLettered. It never enters the inbox.
 // The dead-letter produce is acknowledged before the batch's offsets are

@@ -215,3 +215,39 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 		})
 	}
 }
+
+// A consumer retrying a batch through a transient error (here a
+// serialization failure on every attempt) stops within 10 s of being told
+// to: the batch is abandoned uncommitted, to be redelivered.
+func TestShutdownWhileRetryingABatchTakesUnderTenSeconds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, kafkatest.RealBackend(), 1)
+	b.subscribe(t, []string{"*"}, nil, true)
+	if _, err := b.db.Pool.Exec(context.Background(), `
+CREATE SEQUENCE public.fault_hits;
+CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM nextval('public.fault_hits');
+  RAISE EXCEPTION 'injected fault' USING ERRCODE = '40001';
+END $$;
+CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.fault();`); err != nil {
+		t.Fatal(err)
+	}
+	b.produce(t, b.ordinary(5)...)
+	c := b.newConsumer(t, func(cfg *Config) { cfg.RetryBackoff = 0 }) // the default backoff, up to 5s
+	stop, _ := start(t, c)
+	testkit.Eventually(t, 60*time.Second, func() string {
+		n := b.count(t, `SELECT coalesce((SELECT last_value FROM public.fault_hits WHERE is_called), 0)::int`)
+		return testkit.Unless(n >= 5, "%d failed attempts", n)
+	})
+	began := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took >= 10*time.Second {
+		t.Errorf("shutdown took %s while retrying a batch, want under 10s", took)
+	}
+	if n := b.deliveries(t); n != 0 {
+		t.Errorf("%d deliveries from an abandoned batch", n)
+	}
+}

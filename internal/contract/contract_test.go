@@ -149,6 +149,8 @@ func TestDecodeRefusesWhatCannotBeStored(t *testing.T) {
 		{"asset-seq not a number", func(r *kgo.Record) { setHeader(r, contract.HeaderAssetSeq, "-1") }, `asset-seq header "-1" is not a non-negative decimal integer`, false},
 		{"dedup-id past its bound", func(r *kgo.Record) { setHeader(r, contract.HeaderDedupID, strings.Repeat("d", 3000)) },
 			"header dedup-id is 3000 bytes long; at most 512 are allowed", true},
+		{"dedup-id with a control character", func(r *kgo.Record) { setHeader(r, contract.HeaderDedupID, "id\r\nX-Injected: 1") },
+			`header dedup-id "id\r\nX-Injected: 1" contains a control character`, true},
 		{"event-type past its bound", func(r *kgo.Record) { setHeader(r, contract.HeaderEventType, strings.Repeat("e", 257)) },
 			"header event-type is 257 bytes long; at most 256 are allowed", false},
 		{"key past its bound", func(r *kgo.Record) { r.Key = []byte(strings.Repeat("k", 2680)) },

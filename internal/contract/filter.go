@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -92,6 +93,10 @@ func ValidatePattern(p string) error {
 		return &PatternError{Problem: "contains an empty event type"}
 	case strings.IndexFunc(p, unicode.IsSpace) >= 0:
 		return &PatternError{Value: p, Problem: "must not contain whitespace"}
+	case strings.IndexFunc(p, unicode.IsControl) >= 0:
+		// An event type is one line of text (a webhook header's value);
+		// a control character in a pattern could never match one.
+		return &PatternError{Value: strconv.QuoteToASCII(p), Problem: "must not contain control characters"}
 	case p == "*":
 	case strings.HasSuffix(p, ".*"):
 		if prefix := strings.TrimSuffix(p, ".*"); prefix == "" || strings.Contains(prefix, "*") {

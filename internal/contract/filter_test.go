@@ -63,7 +63,7 @@ func TestValidatePattern(t *testing.T) {
 			t.Errorf("ValidatePattern(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", " ", "order created", ".*", "order*", "a.*.b", "*.created", "**"} {
+	for _, bad := range []string{"", " ", "order created", ".*", "order*", "a.*.b", "*.created", "**", "a\x01b", "order\x1b[31m", "order\x7f", "a\x00", "a\u200b\u0085"} {
 		if err := ValidatePattern(bad); err == nil {
 			t.Errorf("ValidatePattern(%q) = nil, want an error", bad)
 		}

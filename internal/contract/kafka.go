@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -221,6 +222,14 @@ func Decode(r *kgo.Record) (Message, error) {
 		m.DedupID = fallbackDedupID(r)
 		m.Traceparent, m.Tracestate = "", ""
 		return m, &DecodeError{fmt.Sprintf("header %s is %d bytes long; at most %d are allowed", HeaderDedupID, len(dedupID), eventbounds.MaxDedupID)}
+	}
+	// The dedup id is the webhook-id header of every request: a control
+	// character there makes every attempt fail before it is sent, for the
+	// whole retry schedule.
+	if strings.IndexFunc(dedupID, unicode.IsControl) >= 0 {
+		m.DedupID = fallbackDedupID(r)
+		m.Traceparent, m.Tracestate = "", ""
+		return m, &DecodeError{fmt.Sprintf("header %s %s contains a control character", HeaderDedupID, strconv.QuoteToASCII(truncate(dedupID, 40)))}
 	}
 	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
 	// A governed topic's value carries the Confluent framing (magic byte 0,

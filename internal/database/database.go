@@ -91,7 +91,7 @@ func Connect(ctx context.Context, cfg config.Database) (*pgxpool.Pool, error) {
 func describeConnectError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return fmt.Errorf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+		return pgReason{pgErr}
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
@@ -108,6 +108,24 @@ func describeConnectError(err error) error {
 		return errors.New("timed out")
 	}
 	return err
+}
+
+// pgReason is a PostgreSQL error as a connect error reports it: its message
+// and SQLSTATE, without pgconn's wrapping; the error itself stays reachable
+// (IsAuthFailure).
+type pgReason struct{ err *pgconn.PgError }
+
+func (r pgReason) Error() string { return fmt.Sprintf("%s (SQLSTATE %s)", r.err.Message, r.err.Code) }
+func (r pgReason) Unwrap() error { return r.err }
+
+// IsAuthFailure reports a refusal waiting cannot cure: SQLSTATE class 28,
+// invalid authorization (28P01 a wrong password, 28000 no such role or no
+// pg_hba.conf entry). A command waiting for PostgreSQL gives up on it at
+// once, with the reason, instead of retrying it like an outage for
+// DATABASE_CONNECT_TIMEOUT.
+func IsAuthFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28")
 }
 
 // joinedOneLine is errors.Join on one line ("a; b"), so the connect error

@@ -425,7 +425,10 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 			cancel()
 			if want > 0 {
 				took := time.Since(began)
-				if err == nil {
+				// Progress: a claim that served subscriptions (or found
+				// another replica serving them), whatever it returned. A
+				// loop whose share holds none claims "successfully" forever.
+				if err == nil && (res.Subscriptions > 0 || res.Contended > 0) {
 					d.stats.progress.Add(1)
 				}
 				d.stats.claims.Add(1)

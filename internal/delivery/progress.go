@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Progress grows with every claim statement that succeeded and every batch
-// of outcomes written: with Waiting it tells a deliverer that is stuck from
+// Progress grows with every claim statement that served subscriptions (or
+// found another replica serving them) and every batch of outcomes written: with Waiting it tells a deliverer that is stuck from
 // one with nothing to do (internal/progress, /readyz).
 func (d *Deliverer) Progress() int64 { return d.stats.progress.Load() }
 

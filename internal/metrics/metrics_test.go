@@ -17,6 +17,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/metrics/metricstest"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/pgtest"
+	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/outbox"
 )
 
@@ -329,6 +330,10 @@ func TestDocumentedSeriesStartAtZero(t *testing.T) {
 		},
 		func() (func() error, error) { return m.ObserveDeliveries(db.Pool) },
 		func() (func() error, error) { return m.ObserveConsumer(&fakeConsumer{}, "g") },
+		func() (func() error, error) {
+			return m.ObserveStall(&progress.Watch{Stage: "consume", Count: func() int64 { return 0 },
+				Waiting: func(context.Context) (string, error) { return "", nil }})
+		},
 	} {
 		unregister, err := observe()
 		if err != nil {

@@ -25,6 +25,9 @@ type Wait struct {
 	// with the number of failures since, so an outage of minutes is a few
 	// lines, not thousands. Default 30s.
 	LogEvery time.Duration
+	// Permanent, when set, reports a failure retrying cannot cure: Retry
+	// returns it at once.
+	Permanent func(error) bool
 	// Class names a failure's class. Default: its message.
 	Class func(error) string
 	// Logger receives the failure lines (warn) and the recovery (info).
@@ -75,6 +78,9 @@ func Retry(ctx context.Context, w Wait, fn func(context.Context) error) error {
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w (last error: %v)", w.Name, ctx.Err(), err)
+		}
+		if w.Permanent != nil && w.Permanent(err) {
+			return fmt.Errorf("%s: %w", w.Name, err)
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {

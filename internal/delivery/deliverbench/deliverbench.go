@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxbridge/bridge/internal/bench"
 	"github.com/outboxbridge/bridge/internal/delivery"
@@ -56,6 +57,18 @@ type Options struct {
 	Delivered int
 	Timeout   time.Duration // whole run; default 10m
 	Logger    *slog.Logger
+	// Kafka, when set, runs the fast lane: the backlog is produced to a
+	// fresh topic on these brokers (each record fanned out to every
+	// subscription: Events/Subscriptions records), and members of a fresh
+	// group deliver it next to the slow lane. The live phase is then not
+	// run (bench pipeline measures latency through Kafka).
+	Kafka *FastLaneOptions
+}
+
+// FastLaneOptions: the fast lane's run (see Options.Kafka).
+type FastLaneOptions struct {
+	KafkaOpts  []kgo.Opt // seed brokers and the rest of the connection
+	Partitions int32     // of the bench's topic; default 12
 }
 
 // Result is what a run measured.
@@ -118,6 +131,18 @@ type Result struct {
 	// get dearer while the table fills with delivered rows, and the
 	// latency of what arrived in each part.
 	LiveIntervals []Interval `json:"live_intervals,omitempty"`
+	// Engine is "postgres" (every delivery a row, claimed) or "kafka" (the
+	// fast lane: the backlog in a topic, rows only for parked streams).
+	Engine string `json:"engine"`
+	// Row writes to the bridge's tables per delivery over the drain, from
+	// pg_stat_user_tables (schema bridge) read before the backlog and once
+	// the engine's connections are closed (their counters flushed). The
+	// backlog's own insert is not counted.
+	PostgresInsertsPerDelivery float64 `json:"postgres_inserts_per_delivery"`
+	PostgresUpdatesPerDelivery float64 `json:"postgres_updates_per_delivery"`
+	PostgresDeletesPerDelivery float64 `json:"postgres_deletes_per_delivery"`
+	// HandedOver: deliveries the fast lane wrote to bridge.deliveries.
+	HandedOver int64 `json:"handed_over_to_slow_lane"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.
@@ -263,7 +288,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	dc.Workers = max(dc.Workers, 1)
 	dc.MaxInFlightPerSubscription = max(dc.MaxInFlightPerSubscription, 1)
 	dc.Logger = logger
-	res := &Result{Subscriptions: o.Subscriptions, Assets: o.Assets, Events: o.Events, LiveEvents: o.LiveEvents,
+	res := &Result{Engine: "postgres", Subscriptions: o.Subscriptions, Assets: o.Assets, Events: o.Events, LiveEvents: o.LiveEvents,
 		LiveRate: o.LiveRate, Workers: dc.Workers, MaxInFlightPerSub: dc.MaxInFlightPerSubscription,
 		Replicas: o.Replicas, ClaimLoops: dc.ClaimLoops, FailingSubscriptions: o.FailingSubscriptions,
 		SlowSubscriptions: o.SlowSubscriptions}
@@ -296,6 +321,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 		if err := rc.SetSecret("/s/"+strconv.Itoa(i), s.Secret); err != nil {
 			return nil, err
 		}
+	}
+	if o.Kafka != nil {
+		o.Logger = logger
+		return runFast(ctx, pool, o, dc, rc, res, subIDs, unhealthy)
 	}
 	seqs := map[string]int64{}
 	pad := strings.Repeat("x", 160)
@@ -335,6 +364,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	res.InsertSeconds = time.Since(start).Seconds()
 	logger.InfoContext(ctx, "backlog inserted", "events", o.Events, "elapsed_seconds", res.InsertSeconds)
 
+	pool.Reset() // every backend so far exits and reports its counters
+	writesBefore, err := settledRowWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
 	heap := bench.WatchHeap(20 * time.Millisecond)
 
@@ -417,6 +451,23 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Result, error) {
 	}
 	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+	if o.LiveEvents == 0 && o.Events > 0 {
+		// The drain's row writes (with a live phase they would include its
+		// inserts, so they are counted only without one).
+		if err := stop(); err != nil {
+			return nil, err
+		}
+		stop = func() error { return nil }
+		pool.Reset()
+		after, err := settledRowWrites(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		n := float64(o.Events)
+		res.PostgresInsertsPerDelivery = float64(after.ins-writesBefore.ins) / n
+		res.PostgresUpdatesPerDelivery = float64(after.upd-writesBefore.upd) / n
+		res.PostgresDeletesPerDelivery = float64(after.del-writesBefore.del) / n
+	}
 
 	// Live phase: small transactions at a steady rate, latency measured from
 	// just before each insert to the request's arrival.

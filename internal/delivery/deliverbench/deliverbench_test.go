@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
+	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/internal/pgtest"
 )
 
@@ -69,5 +72,33 @@ func TestReceiverCountsOrderViolations(t *testing.T) {
 	post("/s/0", 3, "e3")
 	if st := rc.Stats(); st.OrderViolations != 2 || st.Duplicates != 1 {
 		t.Fatalf("violations=%d duplicates=%d, want 2 and 1", st.OrderViolations, st.Duplicates)
+	}
+}
+
+// The fast lane's run: everything delivered in order, and on the clean path
+// PostgreSQL writes one attempt-log row per delivery and nothing else.
+func TestRunFastLaneWritesOnlyTheAttemptLog(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	res, err := Run(context.Background(), db.Pool, Options{
+		Subscriptions: 3, Assets: 20, Events: 600,
+		Deliverer: delivery.Config{Workers: 16, PollInterval: 50 * time.Millisecond},
+		Timeout:   2 * time.Minute,
+		Kafka:     &FastLaneOptions{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Partitions: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OrderViolations != 0 || res.NotDelivered != 0 || res.Overlaps != 0 || res.SignatureFailures != 0 {
+		t.Fatalf("violations=%d not delivered=%d overlaps=%d signature failures=%d",
+			res.OrderViolations, res.NotDelivered, res.Overlaps, res.SignatureFailures)
+	}
+	if res.Engine != "kafka" || res.DeliveriesPerSecond <= 0 || res.HandedOver != 0 {
+		t.Fatalf("engine %q, %.0f/s, %d handed over", res.Engine, res.DeliveriesPerSecond, res.HandedOver)
+	}
+	if res.PostgresInsertsPerDelivery < 0.99 || res.PostgresInsertsPerDelivery > 1.1 ||
+		res.PostgresUpdatesPerDelivery > 0.05 || res.PostgresDeletesPerDelivery > 0.05 {
+		t.Fatalf("row writes per delivery: inserts %.3f, updates %.3f, deletes %.3f",
+			res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -134,6 +135,10 @@ type SubscriptionStore struct {
 	db DB
 	// AllowHTTP accepts http:// URLs (WEBHOOK_ALLOW_HTTP).
 	AllowHTTP bool
+	// checkHosts refuses a URL whose host is a blocked literal address
+	// (CheckURLHost), except in allowedCIDRs (WithAllowedCIDRs).
+	checkHosts   bool
+	allowedCIDRs []netip.Prefix
 	// SecretGrace: how long a rotated-out secret keeps signing
 	// (WEBHOOK_SECRET_GRACE). Zero: it stops at once.
 	SecretGrace time.Duration
@@ -154,6 +159,15 @@ func NewSubscriptionStore(db DB, allowHTTP bool, secretGrace time.Duration) *Sub
 // (BRIDGE_SECRET_KEYS; nil: plain text) and returns it.
 func (s *SubscriptionStore) WithKeys(keys *keyring.Ring) *SubscriptionStore {
 	s.keys = keys
+	return s
+}
+
+// WithAllowedCIDRs makes create and update refuse a URL whose host is a
+// literal address the deliverer's dialer refuses (CheckURLHost), except in
+// allowed (WEBHOOK_ALLOWED_CIDRS, the dialer's own exemptions). Every
+// command and API that takes a subscription from a user calls it.
+func (s *SubscriptionStore) WithAllowedCIDRs(allowed []netip.Prefix) *SubscriptionStore {
+	s.checkHosts, s.allowedCIDRs = true, allowed
 	return s
 }
 
@@ -313,6 +327,11 @@ func (s *SubscriptionStore) validate(in SubscriptionInput, create bool) error {
 	if in.URL != nil {
 		if err := ValidateURL(*in.URL, s.AllowHTTP); err != nil {
 			return err
+		}
+		if s.checkHosts {
+			if err := CheckURLHost(*in.URL, s.allowedCIDRs); err != nil {
+				return err
+			}
 		}
 	}
 	if create || in.EventTypes != nil {

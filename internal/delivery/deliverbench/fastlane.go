@@ -1,0 +1,215 @@
+package deliverbench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxbridge/bridge/internal/bench"
+	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
+	"github.com/outboxbridge/bridge/internal/delivery/store"
+)
+
+// rowWritesSQL sums the row writes PostgreSQL counted on the bridge's tables.
+const rowWritesSQL = `
+SELECT coalesce(sum(n_tup_ins), 0)::bigint, coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_del), 0)::bigint
+FROM pg_stat_user_tables WHERE schemaname = 'bridge'`
+
+type rowWrites struct{ ins, upd, del int64 }
+
+// settledRowWrites reads rowWritesSQL until two reads 500 ms apart agree:
+// a backend reports its counters at most once a second, and an idle one
+// later still, so one read can miss the last writes.
+func settledRowWrites(ctx context.Context, pool *pgxpool.Pool) (rowWrites, error) {
+	var last rowWrites
+	for i := 0; ; i++ {
+		var w rowWrites
+		if err := pool.QueryRow(ctx, rowWritesSQL).Scan(&w.ins, &w.upd, &w.del); err != nil {
+			return w, fmt.Errorf("read pg_stat_user_tables: %w", err)
+		}
+		if i > 0 && w == last {
+			return w, nil
+		}
+		last = w
+		select {
+		case <-ctx.Done():
+			return w, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// runFast is Run with the fast lane (Options.Kafka): the backlog sits in a
+// fresh topic and o.Replicas lane members (each with a slow-lane deliverer
+// and a pool of its own, as separate `bridge deliver` processes) drain it.
+func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Config, rc *receiver, res *Result,
+	subIDs []string, unhealthy int) (*Result, error) {
+	res.Engine = "kafka"
+	res.LiveEvents = 0
+	kopts := o.Kafka.KafkaOpts
+	parts := o.Kafka.Partitions
+	if parts <= 0 {
+		parts = 12
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerBatchMaxBytes(1<<20))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	topic := "bench-deliver-" + uuid.NewString()[:8]
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+		return nil, fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(dctx, topic)
+	}()
+	records := o.Events / o.Subscriptions
+	res.Events = records * o.Subscriptions
+	pad := strings.Repeat("x", 160)
+	seqs := make([]int64, o.Assets)
+	start := time.Now()
+	batch := make([]*kgo.Record, 0, 10000)
+	flush := func() error {
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return fmt.Errorf("produce backlog: %w", err)
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for j := range records {
+		a := j % o.Assets
+		seqs[a]++
+		asset := "asset-" + strconv.Itoa(a)
+		p, _ := json.Marshal(payload{T: time.Now().UnixNano(), Pad: pad})
+		batch = append(batch, contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset,
+			AssetSeq: seqs[a], EventType: "bench.event", Payload: p, CreatedAt: time.Now()}))
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	res.InsertSeconds = time.Since(start).Seconds()
+	o.Logger.InfoContext(ctx, "backlog produced", "records", records, "deliveries", res.Events, "elapsed_seconds", res.InsertSeconds)
+
+	pool.Reset() // every backend so far exits and reports its counters
+	before, err := settledRowWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	heap := bench.WatchHeap(20 * time.Millisecond)
+	group := "bench-deliver-" + uuid.NewString()[:8]
+	var pools []*pgxpool.Pool
+	var lanes []*fastlane.Lane
+	var slows []*delivery.Deliverer
+	closePools := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+		pools = nil
+	}
+	defer closePools()
+	for r := range o.Replicas {
+		p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
+		if err != nil {
+			heap.Stop()
+			return nil, fmt.Errorf("replica pool: %w", err)
+		}
+		pools = append(pools, p)
+		rcfg := dc
+		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
+		d, err := delivery.NewDeliverer(p, rcfg)
+		if err != nil {
+			heap.Stop()
+			return nil, err
+		}
+		l, err := fastlane.New(p, kopts, fastlane.Config{
+			Group: group, Topics: []string{topic}, Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription,
+			Timeout: dc.Timeout, RetrySchedule: dc.RetrySchedule, AllowedCIDRs: dc.AllowedCIDRs, Logger: o.Logger, ID: rcfg.ID,
+		})
+		if err != nil {
+			heap.Stop()
+			return nil, err
+		}
+		slows, lanes = append(slows, d), append(lanes, l)
+	}
+	dbName := pool.Config().ConnConfig.Database
+	pgBefore, pgOK := postgresCPU(dbName)
+	selfBefore := selfCPU()
+	runCtx, stopAll := context.WithCancel(ctx)
+	errs := make(chan error, 2*len(lanes))
+	start = time.Now()
+	for i := range lanes {
+		go func() { errs <- slows[i].Run(runCtx) }()
+		go func() { errs <- lanes[i].Run(runCtx) }()
+	}
+	stop := func() error {
+		stopAll()
+		var all []error
+		for range 2 * len(lanes) {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
+	healthy := int64(records * (o.Subscriptions - unhealthy))
+	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= healthy }); err != nil {
+		heap.Stop()
+		_ = stop()
+		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), healthy, err)
+	}
+	res.DrainSeconds = time.Since(start).Seconds()
+	res.DeliveriesPerSecond = float64(healthy) / res.DrainSeconds
+	if pgAfter, ok := postgresCPU(dbName); ok && pgOK {
+		res.PostgresCPUMicrosPerDelivery = float64((pgAfter - pgBefore).Microseconds()) / float64(res.Events)
+	}
+	res.ProcessCPUMicrosPerDelivery = float64((selfCPU() - selfBefore).Microseconds()) / float64(res.Events)
+	if res.CeilingPerSecond > 0 {
+		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
+	}
+	res.PeakHeapMiB = bench.MiB(heap.Stop())
+	o.Logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+	if err := stop(); err != nil {
+		return nil, err
+	}
+	for _, l := range lanes {
+		res.HandedOver += l.Stats().HandedOver
+	}
+	closePools() // the engine's backends exit and report their counters
+	after, err := settledRowWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(res.Events)
+	res.PostgresInsertsPerDelivery = float64(after.ins-before.ins) / n
+	res.PostgresUpdatesPerDelivery = float64(after.upd-before.upd) / n
+	res.PostgresDeletesPerDelivery = float64(after.del-before.del) / n
+	rs := rc.Stats()
+	res.OrderViolations, res.Duplicates = int64(rs.OrderViolations), int64(rs.Duplicates)
+	res.Overlaps, res.SignatureFailures = int64(rs.Overlaps), int64(rs.SignatureFailures)
+	if res.NotDelivered, err = store.NotDelivered(ctx, pool, subIDs[unhealthy:]); err != nil {
+		return nil, err
+	}
+	rc.mu.Lock()
+	res.PeakInFlightPerSub = rc.peakSub
+	rc.mu.Unlock()
+	return res, nil
+}

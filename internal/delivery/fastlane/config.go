@@ -1,0 +1,111 @@
+package fastlane
+
+import (
+	"cmp"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/keyring"
+	"github.com/outboxbridge/bridge/internal/logging"
+	"github.com/outboxbridge/bridge/internal/service"
+)
+
+// Config configures a Lane. Zero fields take the defaults named.
+type Config struct {
+	// Group is the Kafka consumer group of the delivering members. Default
+	// "outbox-bridge-deliver".
+	Group string
+	// Topics are the event topics (CONSUMER_TOPICS' syntax). Required.
+	Topics []string
+	// Workers: HTTP requests in flight at most. Default 128.
+	Workers int
+	// MaxInFlightPerSubscription: one subscription's requests in flight at
+	// most in this process. Default 64.
+	MaxInFlightPerSubscription int
+	// Timeout of one HTTP attempt. Default 15s.
+	Timeout time.Duration
+	// RetrySchedule is the slow lane's: a parked head's next attempt waits
+	// its first entry. nil: delivery.DefaultRetrySchedule.
+	RetrySchedule []time.Duration
+	// MaxBufferedBytes bounds the record bytes held in memory (polled and
+	// not yet settled and committed); polling waits above it. Default 64 MiB.
+	MaxBufferedBytes int64
+	// IsolateAfter: a subscription whose request for one of a partition's
+	// oldest records has been in flight this long (a slow endpoint) is
+	// handed to the slow lane as a whole on that partition (isolation: the
+	// others' offset and memory do not wait for it). Default 2s.
+	IsolateAfter time.Duration
+	// IsolationPeriod: how long an isolated subscription's new streams on
+	// the partition start in the slow lane. Default 30s.
+	IsolationPeriod time.Duration
+	// CommitInterval: how often settled offsets are committed. Default 200ms.
+	CommitInterval time.Duration
+	// RefreshInterval: how often subscriptions and park markers are read
+	// again. Default 1s.
+	RefreshInterval time.Duration
+	// LogInterval: the attempt log is appended at most this often, one
+	// statement per flush. Default 50ms.
+	LogInterval time.Duration
+	// AttemptRetention: day partitions of the attempt log older than this
+	// are dropped (WEBHOOK_RETENTION). Default 168h.
+	AttemptRetention time.Duration
+	// ShutdownGrace: how long requests in flight may finish at shutdown or
+	// on a revoke. Default 5s.
+	ShutdownGrace time.Duration
+	// SessionTimeout, RebalanceTimeout: the group's (CONSUMER_SESSION_TIMEOUT,
+	// CONSUMER_REBALANCE_TIMEOUT). Defaults 6s and 30s.
+	SessionTimeout   time.Duration
+	RebalanceTimeout time.Duration
+	// Keys opens sealed signing secrets. AllowedCIDRs are exempt from the
+	// SSRF block list.
+	Keys         *keyring.Ring
+	AllowedCIDRs []netip.Prefix
+	// TracerProvider records the webhook requests' client spans.
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
+	Metrics        delivery.Metrics
+	// ID names this member in a claim it hands over. Default
+	// service.ReplicaID().
+	ID string
+
+	// groupOpts are added to the group client (tests).
+	groupOpts []kgo.Opt
+}
+
+func (c Config) withDefaults() Config {
+	c.Group = cmp.Or(c.Group, "outbox-bridge-deliver")
+	c.Workers = cmp.Or(c.Workers, 128)
+	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, 64)
+	c.Timeout = cmp.Or(c.Timeout, 15*time.Second)
+	if c.RetrySchedule == nil {
+		c.RetrySchedule = delivery.DefaultRetrySchedule
+	}
+	c.MaxBufferedBytes = cmp.Or(c.MaxBufferedBytes, 64<<20)
+	c.IsolateAfter = cmp.Or(c.IsolateAfter, 2*time.Second)
+	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
+	c.CommitInterval = cmp.Or(c.CommitInterval, 200*time.Millisecond)
+	c.RefreshInterval = cmp.Or(c.RefreshInterval, time.Second)
+	c.LogInterval = cmp.Or(c.LogInterval, 50*time.Millisecond)
+	c.AttemptRetention = cmp.Or(c.AttemptRetention, 168*time.Hour)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 5*time.Second)
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, 6*time.Second)
+	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = logging.Discard()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	c.ID = cmp.Or(c.ID, service.ReplicaID())
+	return c
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Attempt(int, time.Duration, string) {}
+func (noMetrics) SubscriptionDisabled()              {}

@@ -1,0 +1,420 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxbridge/bridge/internal/database/statement"
+)
+
+// What the fast lane (internal/delivery/fastlane) writes and reads: the
+// park markers of bridge.delivery_parks, the rows it hands to the slow lane,
+// and its append-only attempt log bridge.webhook_attempts. The hand-over
+// protocol is in migrations/00220_delivery_parks.sql and
+// docs/architecture.md.
+
+// fastRoutesSQL is every subscription as the fast lane needs it: its routing
+// rule, where to post and the secrets that sign now (newest first).
+const fastRoutesSQL = `
+SELECT c.id::text AS id, c.enabled, c.event_types, coalesce(c.topic, '') AS topic, c.url,
+       coalesce(c.rate_limit, 0) AS rate_limit,
+       ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
+             WHERE k.subscription_id = c.id AND (k.expires_at IS NULL OR k.expires_at > now())
+             ORDER BY k.id DESC) AS secrets
+FROM bridge.subscriptions c`
+
+// FastRoute is a subscription as the fast lane sees it.
+type FastRoute struct {
+	ID         string   `db:"id"`
+	Enabled    bool     `db:"enabled"`
+	EventTypes []string `db:"event_types"`
+	Topic      string   `db:"topic"`
+	URL        string   `db:"url"`
+	RateLimit  int      `db:"rate_limit"`
+	Secrets    []string `db:"secrets"`
+	// SecretsErr is why Secrets could not be opened (see Claim.SecretsErr).
+	SecretsErr error `db:"-"`
+}
+
+// FastRoutes reads every subscription with its signing secrets opened.
+func (s *DeliveryStore) FastRoutes(ctx context.Context) ([]FastRoute, error) {
+	rs, err := statement.Select[FastRoute](ctx, s.db, "load subscriptions for the fast lane", fastRoutesSQL)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rs {
+		open, err := openSecrets(s.keys, rs[i].ID, rs[i].Secrets)
+		rs[i].Secrets, rs[i].SecretsErr = open, err
+	}
+	return rs, nil
+}
+
+// Stream names a (subscription, asset) stream; AssetKey is coalesce(asset_id,
+// ”).
+type Stream struct {
+	SubscriptionID string `db:"subscription_id"`
+	AssetKey       string `db:"asset_key"`
+}
+
+func compareStreams(a, b Stream) int {
+	return cmp.Or(strings.Compare(a.SubscriptionID, b.SubscriptionID), strings.Compare(a.AssetKey, b.AssetKey))
+}
+
+const parksSQL = `SELECT subscription_id::text AS subscription_id, asset_key FROM bridge.delivery_parks`
+
+// Parks returns every parked stream. The fast lane reads them when it is
+// assigned partitions, before the first record, and again every few seconds
+// to learn of parks other writers made (revive, recover, history).
+func (s *DeliveryStore) Parks(ctx context.Context) ([]Stream, error) {
+	return statement.Select[Stream](ctx, s.db, "load park markers", parksSQL)
+}
+
+// Marker is a new park: the stream and the record it was parked at.
+type Marker struct {
+	Stream
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Parked is one delivery handed to the slow lane. Attempts is what the fast
+// lane already spent on it (1 for the head whose attempt failed, else 0);
+// such a row waits RetryIn and carries the attempt's status and error.
+type Parked struct {
+	SubscriptionID string
+	Event          Event
+	Attempts       int
+	RetryIn        time.Duration
+	StatusCode     int
+	Error          string
+}
+
+// upsertMarkersSQL writes new parks in (subscription, asset) order (the order
+// every writer takes marker rows in) and holds their row locks to COMMIT.
+const upsertMarkersSQL = `
+INSERT INTO bridge.delivery_parks AS p (subscription_id, asset_key, topic, kafka_partition, kafka_offset)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+ON CONFLICT (subscription_id, asset_key) DO UPDATE
+  SET kafka_partition = excluded.kafka_partition, kafka_offset = excluded.kafka_offset`
+
+// lockMarkersSQL locks the markers of streams the fast lane holds parked and
+// returns those that still exist; one the slow lane deleted is not returned:
+// that stream is back in the fast lane.
+const lockMarkersSQL = `
+SELECT p.subscription_id::text AS subscription_id, p.asset_key
+FROM bridge.delivery_parks p
+WHERE (p.subscription_id, p.asset_key) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
+ORDER BY p.subscription_id, p.asset_key
+FOR UPDATE OF p`
+
+// insertParkedSQL writes handed-over deliveries in array order (their seq
+// follows it: the stream's partition order).
+const insertParkedSQL = `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq,
+                               payload, event_created_at, traceparent, tracestate,
+                               attempts, next_attempt_at, last_status_code, last_error)
+SELECT r.subscription_id, r.event_id, r.event_type, r.topic, r.asset_id, r.asset_seq,
+       r.payload::jsonb, r.event_created_at, r.traceparent, r.tracestate,
+       r.attempts, now() + r.retry_us * interval '1 microsecond', r.status_code, nullif(r.error, '')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
+            $8::timestamptz[], $9::text[], $10::text[], $11::int[], $12::bigint[], $13::int[], $14::text[])
+  WITH ORDINALITY AS r(subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload,
+                       event_created_at, traceparent, tracestate, attempts, retry_us, status_code, error, ord)
+ORDER BY r.ord
+ON CONFLICT (subscription_id, event_id) DO NOTHING`
+
+// HandOver writes, in one transaction, the new parks (markers) and the
+// deliveries of streams handed to the slow lane. rows holds the deliveries
+// of the new parks and of the streams in appends (streams the caller holds
+// parked), each stream's in its order; a row of a stream in appends whose
+// marker no longer exists is not written, and that stream is returned in
+// unparked: the slow lane emptied it, and its rows go back to the fast lane.
+// The marker locks make the hand-over exact: a settle of the stream's last
+// row either committed before (the marker is gone) or leaves the marker,
+// whose stream now has these rows (see the migration).
+func (s *DeliveryStore) HandOver(ctx context.Context, markers []Marker, appends []Stream, rows []Parked) (unparked []Stream, err error) {
+	markers = slices.Clone(markers)
+	slices.SortFunc(markers, func(a, b Marker) int { return compareStreams(a.Stream, b.Stream) })
+	appends = slices.Clone(appends)
+	slices.SortFunc(appends, compareStreams)
+	appends = slices.CompactFunc(appends, func(a, b Stream) bool { return a == b })
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hand over to the slow lane: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	keep := make(map[Stream]bool, len(markers)+len(appends))
+	if len(markers) > 0 {
+		n := len(markers)
+		subs, assets, topics := make([]string, n), make([]string, n), make([]string, n)
+		parts, offs := make([]int32, n), make([]int64, n)
+		for i, m := range markers {
+			subs[i], assets[i], topics[i], parts[i], offs[i] = m.SubscriptionID, m.AssetKey, m.Topic, m.Partition, m.Offset
+			keep[m.Stream] = true
+		}
+		if _, err := tx.Exec(ctx, upsertMarkersSQL, subs, assets, topics, parts, offs); err != nil {
+			return nil, fmt.Errorf("hand over to the slow lane: write park markers: %w", err)
+		}
+	}
+	if len(appends) > 0 {
+		subs, assets := make([]string, len(appends)), make([]string, len(appends))
+		for i, a := range appends {
+			subs[i], assets[i] = a.SubscriptionID, a.AssetKey
+		}
+		present, err := statement.Select[Stream](ctx, tx, "lock park markers", lockMarkersSQL, subs, assets)
+		if err != nil {
+			return nil, fmt.Errorf("hand over to the slow lane: %w", err)
+		}
+		for _, p := range present {
+			keep[p] = true
+		}
+		for _, a := range appends {
+			if !keep[a] {
+				unparked = append(unparked, a)
+			}
+		}
+	}
+	var a parkedArrays
+	for _, r := range rows {
+		key := Stream{SubscriptionID: r.SubscriptionID, AssetKey: deref(r.Event.AssetID)}
+		if keep[key] {
+			a.add(r)
+		}
+	}
+	if len(a.sub) > 0 {
+		if _, err := tx.Exec(ctx, insertParkedSQL, a.sub, a.id, a.typ, a.topic, a.asset, a.assetSeq, a.payload,
+			a.created, a.tp, a.ts, a.attempts, a.retryUS, a.status, a.err); err != nil {
+			return nil, fmt.Errorf("hand over to the slow lane: insert deliveries: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("hand over to the slow lane: commit: %w", err)
+	}
+	return unparked, nil
+}
+
+type parkedArrays struct {
+	sub, id, typ, topic, payload []string
+	asset, tp, ts                []*string
+	assetSeq                     []*int64
+	created                      []time.Time
+	attempts                     []int32
+	retryUS                      []int64
+	status                       []*int32
+	err                          []string
+}
+
+func (a *parkedArrays) add(r Parked) {
+	a.sub = append(a.sub, r.SubscriptionID)
+	a.id = append(a.id, r.Event.ID)
+	a.typ = append(a.typ, r.Event.Type)
+	a.topic = append(a.topic, r.Event.Topic)
+	a.payload = append(a.payload, r.Event.Payload)
+	a.asset = append(a.asset, r.Event.AssetID)
+	a.tp = append(a.tp, nullable(r.Event.Traceparent))
+	a.ts = append(a.ts, nullable(r.Event.Tracestate))
+	a.assetSeq = append(a.assetSeq, r.Event.AssetSeq)
+	a.created = append(a.created, r.Event.CreatedAt)
+	a.attempts = append(a.attempts, int32(r.Attempts))
+	a.retryUS = append(a.retryUS, r.RetryIn.Microseconds())
+	a.status = append(a.status, statusArg(r.StatusCode))
+	a.err = append(a.err, r.Error)
+}
+
+// sweepCandidatesSQL locks markers that no transaction holds; sweepParksSQL
+// then deletes those whose stream has no open row. Two statements on
+// purpose: the second runs on a snapshot taken after the locks, so it sees
+// every row an appender committed before letting go of a marker.
+const sweepCandidatesSQL = `
+SELECT p.subscription_id::text AS subscription_id, p.asset_key
+FROM bridge.delivery_parks p
+ORDER BY p.subscription_id, p.asset_key
+LIMIT $1
+FOR UPDATE OF p SKIP LOCKED`
+
+const sweepParksSQL = `
+DELETE FROM bridge.delivery_parks p
+USING unnest($1::uuid[], $2::text[]) AS c(subscription_id, asset_key)
+WHERE p.subscription_id = c.subscription_id AND p.asset_key = c.asset_key
+  AND NOT EXISTS (SELECT 1 FROM bridge.deliveries d
+                  WHERE d.subscription_id = p.subscription_id AND coalesce(d.asset_id, '') = p.asset_key
+                    AND d.status IN ('pending', 'delivering'))`
+
+// SweepParks deletes up to limit markers left without an open row (an
+// appender that rolled back after the stream's last settle skipped it), so
+// their streams return to the fast lane.
+func (s *DeliveryStore) SweepParks(ctx context.Context, limit int) (int, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sweep park markers: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	cands, err := statement.Select[Stream](ctx, tx, "sweep park markers", sweepCandidatesSQL, limit)
+	if err != nil || len(cands) == 0 {
+		return 0, err
+	}
+	subs, assets := make([]string, len(cands)), make([]string, len(cands))
+	for i, c := range cands {
+		subs[i], assets[i] = c.SubscriptionID, c.AssetKey
+	}
+	tag, err := tx.Exec(ctx, sweepParksSQL, subs, assets)
+	if err != nil {
+		return 0, fmt.Errorf("sweep park markers: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("sweep park markers: commit: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// FastAttempt is one HTTP attempt of the fast lane. Never the payload.
+type FastAttempt struct {
+	SubscriptionID string
+	EventID        string
+	EventType      string
+	Topic          string
+	Partition      int32
+	Offset         int64
+	AssetID        *string
+	Attempt        int
+	Outcome        Outcome
+}
+
+// insertFastAttemptsSQL appends a batch of attempts: one statement per
+// flush, no UPDATE or DELETE ever (retention drops partitions).
+const insertFastAttemptsSQL = `
+INSERT INTO bridge.webhook_attempts (subscription_id, event_id, event_type, topic, kafka_partition, kafka_offset,
+                                     asset_id, attempt, started_at, duration_ms, status_code, error, response_body, trace_id)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::int[],
+                     $9::timestamptz[], $10::float8[], $11::int[], $12::text[], $13::text[], $14::text[])`
+
+// forgiveSQL: a success resets its subscription's count of consecutive
+// deaths. It writes only rows whose count is not already 0, so a healthy
+// subscription's row is not rewritten per flush.
+const forgiveSQL = `
+UPDATE bridge.subscriptions s SET consecutive_failures = 0, updated_at = now()
+WHERE s.id IN (SELECT x.id FROM bridge.subscriptions x
+               WHERE x.id = ANY($1::uuid[]) AND x.consecutive_failures <> 0
+               ORDER BY x.id FOR UPDATE OF x)`
+
+// LogFastAttempts appends attempts to bridge.webhook_attempts and forgives
+// the subscriptions that had a success, in one round trip. It commits
+// without waiting for the WAL flush: a database crash can lose the last
+// fraction of a second of the log, never a delivery (the offsets, not this
+// log, say what is done).
+func (s *DeliveryStore) LogFastAttempts(ctx context.Context, as []FastAttempt, forgive []string) error {
+	if len(as) == 0 && len(forgive) == 0 {
+		return nil
+	}
+	n := len(as)
+	subs, ids, types, topics := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	parts, attempts := make([]int32, n), make([]int32, n)
+	offs := make([]int64, n)
+	assets := make([]*string, n)
+	started := make([]time.Time, n)
+	dur := make([]float64, n)
+	codes := make([]*int32, n)
+	errs, bodies, traces := make([]*string, n), make([]*string, n), make([]*string, n)
+	for i, a := range as {
+		subs[i], ids[i], types[i], topics[i] = a.SubscriptionID, a.EventID, a.EventType, a.Topic
+		parts[i], offs[i], assets[i], attempts[i] = a.Partition, a.Offset, a.AssetID, int32(a.Attempt)
+		o := a.Outcome
+		started[i], dur[i], codes[i] = o.StartedAt, float64(o.Duration.Microseconds())/1000, statusArg(o.StatusCode)
+		errs[i], bodies[i], traces[i] = nullable(o.Error), nullable(o.ResponseBody), nullable(o.TraceID)
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	if n > 0 {
+		b.Queue(insertFastAttemptsSQL, subs, ids, types, topics, parts, offs, assets, attempts, started, dur, codes, errs, bodies, traces)
+	}
+	if len(forgive) > 0 {
+		b.Queue(forgiveSQL, forgive)
+	}
+	b.Queue("COMMIT")
+	// One connection runs the whole batch (BEGIN … COMMIT); a batch that
+	// fails midway leaves its transaction open, and the pool closes such a
+	// connection instead of reusing it.
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("log fast-lane attempts: %w", err)
+	}
+	return nil
+}
+
+// attemptPartitionName is the day partition of bridge.webhook_attempts
+// holding day (UTC).
+func attemptPartitionName(day time.Time) string {
+	return "webhook_attempts_" + day.UTC().Format("20060102")
+}
+
+// attemptPartitionsLock serialises partition maintenance across replicas
+// (two CREATE … PARTITION OF for the same day would conflict).
+const attemptPartitionsLock = `SELECT pg_advisory_xact_lock(hashtext('bridge.webhook_attempts partitions'))`
+
+// EnsureAttemptPartitions creates the day partitions of bridge.webhook_attempts
+// from yesterday to days ahead of now (UTC) that do not exist yet.
+func (s *DeliveryStore) EnsureAttemptPartitions(ctx context.Context, now time.Time, ahead int) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create attempt log partitions: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, attemptPartitionsLock); err != nil {
+		return fmt.Errorf("create attempt log partitions: %w", err)
+	}
+	today := now.UTC().Truncate(24 * time.Hour)
+	for d := -1; d <= ahead; d++ {
+		day := today.AddDate(0, 0, d)
+		sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS bridge.%s PARTITION OF bridge.webhook_attempts FOR VALUES FROM ('%s') TO ('%s')`,
+			attemptPartitionName(day), day.Format(time.RFC3339), day.AddDate(0, 0, 1).Format(time.RFC3339))
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("create attempt log partition %s: %w", attemptPartitionName(day), err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+const attemptPartitionsSQL = `
+SELECT c.relname FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'bridge.webhook_attempts'::regclass`
+
+// DropAttemptPartitions drops the day partitions of bridge.webhook_attempts
+// that end before cutoff: retention without a DELETE. It returns their
+// names.
+func (s *DeliveryStore) DropAttemptPartitions(ctx context.Context, cutoff time.Time) ([]string, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("drop attempt log partitions: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, attemptPartitionsLock); err != nil {
+		return nil, fmt.Errorf("drop attempt log partitions: %w", err)
+	}
+	rows, err := tx.Query(ctx, attemptPartitionsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list attempt log partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list attempt log partitions: %w", err)
+	}
+	var dropped []string
+	for _, name := range names {
+		day, err := time.Parse("20060102", strings.TrimPrefix(name, "webhook_attempts_"))
+		if err != nil || day.AddDate(0, 0, 1).After(cutoff) {
+			continue
+		}
+		if _, err := tx.Exec(ctx, "DROP TABLE bridge."+pgx.Identifier{name}.Sanitize()); err != nil {
+			return nil, fmt.Errorf("drop attempt log partition %s: %w", name, err)
+		}
+		dropped = append(dropped, name)
+	}
+	return dropped, tx.Commit(ctx)
+}

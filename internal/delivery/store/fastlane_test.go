@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func (b *testBundle) parks(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM bridge.delivery_parks`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func parked(sub, asset string, n int64) Parked {
+	return Parked{SubscriptionID: sub, Event: Event{ID: "evt-" + asset + "-" + time.Now().Format("150405.000000000"),
+		Type: "asset.updated", Topic: "assets", AssetID: &asset, AssetSeq: &n, Payload: `{}`, CreatedAt: time.Now()}}
+}
+
+// The hand-over's two sides on one stream: a settle of the stream's last row
+// while an appender holds the marker leaves the marker (the appender's row
+// keeps the stream parked); a settle with no appender deletes it, and the
+// next append finds no marker, writes nothing and hands the stream back.
+func TestParkMarkerHandOverNeverLosesARowBehindIt(t *testing.T) {
+	b, ctx := setup(t)
+	sub := b.createSub(t, "https://example.com/hook")
+	key := Stream{SubscriptionID: sub.ID, AssetKey: "x"}
+	marker := Marker{Stream: key, Topic: "assets", Partition: 3, Offset: 41}
+	if _, err := b.store.HandOver(ctx, []Marker{marker}, nil, []Parked{parked(sub.ID, "x", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.parks(t); n != 1 {
+		t.Fatalf("%d markers after a park, want 1", n)
+	}
+	var first int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM bridge.deliveries WHERE asset_id = 'x'`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+
+	// An appender holds the marker; the slow lane settles the last row
+	// meanwhile: it must neither wait nor delete the marker.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM bridge.delivery_parks WHERE subscription_id = $1 AND asset_key = 'x' FOR UPDATE`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := b.pool.Exec(sctx, `UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() WHERE id = $1`, first); err != nil {
+		t.Fatalf("settle while an appender holds the marker: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at)
+VALUES ($1, 'evt-x-2', 'asset.updated', 'assets', 'x', 2, '{}', now())`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.parks(t); n != 1 {
+		t.Fatalf("%d markers after a settle raced an append, want 1 (a row is open behind it)", n)
+	}
+
+	// The stream's last row settles with nobody appending: the stream is
+	// back in the fast lane.
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'delivered', delivered_at = now() WHERE event_id = 'evt-x-2'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.parks(t); n != 0 {
+		t.Fatalf("%d markers after the last row settled, want 0", n)
+	}
+	back, err := b.store.HandOver(ctx, nil, []Stream{key}, []Parked{parked(sub.ID, "x", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 1 || back[0] != key {
+		t.Fatalf("append after the marker was cleared returned %v, want the stream back", back)
+	}
+	var open int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status IN ('pending', 'delivering')`).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if open != 0 {
+		t.Fatalf("%d rows written for a stream that was no longer parked", open)
+	}
+
+	// A revive reopens a dead row: the stream is parked again.
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'dead', dead_at = now() WHERE id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'pending', attempts = 0 WHERE id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.parks(t); n != 1 {
+		t.Fatalf("%d markers after a revive, want 1", n)
+	}
+}
+
+// A marker left without rows (its appender rolled back after the last settle
+// skipped it) is swept; one with an open row is not.
+func TestSweepParksDeletesOnlyEmptyMarkers(t *testing.T) {
+	b, ctx := setup(t)
+	sub := b.createSub(t, "https://example.com/hook")
+	b.insert(t, sub.ID, "kept", 1, `{}`)
+	if _, err := b.pool.Exec(ctx, `INSERT INTO bridge.delivery_parks (subscription_id, asset_key, topic) VALUES ($1, 'empty', 'assets')`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.store.SweepParks(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || b.parks(t) != 1 {
+		t.Fatalf("swept %d, %d left; want 1 swept and the open stream's marker kept", n, b.parks(t))
+	}
+}
+
+// The attempt log's partitions: created ahead, dropped whole past retention.
+func TestAttemptLogPartitionsAreCreatedAndDropped(t *testing.T) {
+	b, ctx := setup(t)
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	if err := b.store.EnsureAttemptPartitions(ctx, now, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.LogFastAttempts(ctx, []FastAttempt{{SubscriptionID: "00000000-0000-0000-0000-000000000001",
+		EventID: "e", EventType: "t", Topic: "assets", Attempt: 1, Outcome: Outcome{StartedAt: now, StatusCode: 204}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := b.store.DropAttemptPartitions(ctx, now.AddDate(0, 0, -1).Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 0 {
+		t.Fatalf("dropped %v before any day had passed retention", dropped)
+	}
+	dropped, err = b.store.DropAttemptPartitions(ctx, now.AddDate(0, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 2 || dropped[0] == dropped[1] {
+		t.Fatalf("dropped %v, want the partitions of the 9th and the 10th", dropped)
+	}
+	var rows int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bridge.webhook_attempts`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("%d attempt rows left after their day was dropped", rows)
+	}
+}
