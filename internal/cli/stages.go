@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxbridge/bridge/internal/config"
-	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
@@ -347,7 +347,7 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 	}
 	return fastlane.New(rt.Pool, kopts, fastlane.Config{
 		Values: values,
-		Group: cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
+		Group:  cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
 		Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription, Timeout: dc.Timeout,
 		RetrySchedule: dc.RetrySchedule, AttemptRetention: dc.Retention, ShutdownGrace: dc.ShutdownGrace,
 		SessionTimeout: cfg.Consumer.SessionTimeout, RebalanceTimeout: cfg.Consumer.RebalanceTimeout,
