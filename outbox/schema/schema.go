@@ -11,7 +11,8 @@
 //     parks a payload that does not validate as FAILED at its first try;
 //   - the Kafka record's value carries the Confluent wire format: byte 0 is
 //     the magic 0, bytes 1-4 the schema id (big-endian), then the JSON payload
-//     as stored.
+//     as stored (JSON Schema) or the payload written as Avro binary (Avro);
+//     Registry.DecodeValue reads either back to the JSON.
 //
 // Ungoverned topics are untouched: their cost is one cache look-up.
 //

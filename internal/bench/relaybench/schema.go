@@ -73,7 +73,7 @@ func benchSchemaOf(kind string) (sr.SchemaType, string) {
 }
 
 // SchemaDrain drains the same backlog from an ungoverned topic and from a
-// governed one (JSON Schema, validated and framed by reg), round after round,
+// governed one (JSON Schema validated and framed, or Avro written as binary, by reg), round after round,
 // with the relay's value hook set for both (so the ungoverned drain pays the
 // registry look-up an ungoverned topic pays in production).
 func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay.Config, reg *schema.Registry, o SchemaOptions, progress func(string)) (*SchemaResult, error) {
@@ -179,7 +179,7 @@ func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, c
 		if err != nil {
 			return nil, err
 		}
-		progress(fmt.Sprintf("round %d/%d: draining %d events from a governed topic (JSON Schema)", round, o.Rounds, o.Events))
+		progress(fmt.Sprintf("round %d/%d: draining %d events from a governed topic (%s schema)", round, o.Rounds, o.Events, o.Kind))
 		g, err := drain(true)
 		if err != nil {
 			return nil, err
