@@ -195,8 +195,8 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 			{"backlog", fmt.Sprintf("%d events over %d assets, %d-byte payloads (filled in %.1fs)", res.Events, res.Assets, res.PayloadBytes, res.FillSeconds)},
 			{"relay drain", fmt.Sprintf("%.0f events/s (%.1fs, %d replica(s), batch %d%s)", res.DrainRate, res.DrainSeconds, res.Replicas, res.BatchSize,
 				map[bool]string{true: ", relays started before the backlog"}[res.RelaysFirst])},
-			{"ceiling: PostgreSQL claim+mark", fmt.Sprintf("%.0f rows/s (one statement, same backlog size)", res.CeilingClaimMark)},
-			{"ceiling: relay's statements", fmt.Sprintf("%.0f rows/s (fence, claim, predecessors, mark; no Kafka)", res.CeilingRelayStatements)},
+			{"ceiling: PostgreSQL claim+mark", fmt.Sprintf("%.0f rows/s (one statement on a table of rows with a status, same backlog size)", res.CeilingClaimMark)},
+			{"ceiling: relay's statements", fmt.Sprintf("%.0f rows/s (fence, batch pages, held rows, predecessors, positions; no Kafka)", res.CeilingRelayStatements)},
 			{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
 			{"relay / lower ceiling", fmt.Sprintf("%.0f%%", 100*res.DrainRate/min(res.CeilingClaimMark, res.CeilingProduce))},
 			{"relay / claim+mark ceiling", fmt.Sprintf("%.0f%%", 100*res.DrainRate/res.CeilingClaimMark)},
@@ -207,6 +207,8 @@ func printBenchRelay(cmd *cobra.Command, res *relaybench.Result) error {
 			{"commit→ack by relay state", details(res.LatencyDetail, res.LatencySlowDetail)},
 			{"produce requests meanwhile", fmt.Sprintf("%d, round trip p50 %.1f ms, p99 %.1f ms, max %.1f ms", res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs)},
 			{"per-key order (read back)", fmt.Sprintf("%d records verified, %d keys out of order", res.Verified, res.OrderViolations)},
+			{"outbox row writes while draining", fmt.Sprintf("%.2f UPDATEs and %.2f DELETEs per event, %d dead tuples at the end",
+				res.OutboxUpdatesPerEvent, res.OutboxDeletesPerEvent, res.OutboxDeadTuples)},
 			{"peak heap while draining", fmt.Sprintf("%.1f MiB (baseline %.1f MiB)", res.PeakHeapMiB, res.BaselineHeapMiB)},
 		}
 		return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)

@@ -264,7 +264,7 @@ type Relay struct {
 	// RELAY_PRODUCE_TIMEOUT: bound on one produce attempt, so a send the
 	// client would retry forever is counted. Default 30s.
 	ProduceTimeout time.Duration `env:"RELAY_PRODUCE_TIMEOUT" envDefault:"30s"`
-	// RELAY_RETENTION: SENT rows older than this are deleted. Default 24h.
+	// RELAY_RETENTION: How long sent events stay readable at least: a table of the outbox log is truncated once every relay lane passed it and this much time has passed since it stopped taking events. Default 24h.
 	Retention time.Duration `env:"RELAY_RETENTION" envDefault:"24h"`
 	// RELAY_MAX_MESSAGE_BYTES: a payload larger than this is parked at once.
 	// Default 1000000 (Kafka's default max.message.bytes).

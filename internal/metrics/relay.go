@@ -117,7 +117,7 @@ func (m *Metrics) ObserveOutbox(pool *pgxpool.Pool) (func() error, error) {
 
 func (m *Metrics) observeOutbox(read func(context.Context) (outboxstore.Stats, error)) (func() error, error) {
 	rows, err1 := m.meter.Int64ObservableGauge("bridge.outbox.rows",
-		metric.WithDescription("Rows in bridge.outbox by status (NEW, SENT, FAILED); SENT rows are deleted after RELAY_RETENTION."),
+		metric.WithDescription("Rows in bridge.outbox by status (NEW, SENT, FAILED); a log table is truncated once every lane passed it and RELAY_RETENTION elapsed."),
 		metric.WithUnit("{row}"))
 	age, err2 := m.meter.Float64ObservableGauge("bridge.outbox.oldest_new_age",
 		metric.WithDescription("Age of the oldest NEW outbox row (0 when none waits): the relay's lag, the number to alert on."),

@@ -94,46 +94,6 @@ func TestEnqueueLocksTheAssetCounterWithoutRewritingIt(t *testing.T) {
 	}
 }
 
-// The counter keeps an asset's number once its newest outbox row is deleted
-// (retention, an operator, TRUNCATE): the next event continues the numbering
-// instead of starting again at 1, which consumers would take for a replay
-// of old events. Deleting older rows of an asset that still has a newer one
-// leaves its counter alone (retention then locks nothing its writers wait on).
-func TestAssetSeqContinuesAfterTheNewestRowIsDeleted(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	for range 3 {
-		commitOne(t, ctx, db, "A")
-	}
-	commitOne(t, ctx, db, "")
-	exec(`DELETE FROM bridge.outbox WHERE asset_id = 'A' AND asset_seq < 3`)
-	if _, last := counterRow(t, ctx, db, "A"); last != 0 {
-		t.Fatalf("A's counter is %d after deleting rows older than its newest; want it untouched (0)", last)
-	}
-	if got := commitOne(t, ctx, db, "A"); got != 4 {
-		t.Fatalf("A after deleting its older rows: asset_seq %d, want 4", got)
-	}
-	exec(`DELETE FROM bridge.outbox`)
-	if _, last := counterRow(t, ctx, db, "A"); last != 4 {
-		t.Fatalf("A's counter is %d after deleting its newest row; want 4", last)
-	}
-	if got, null := commitOne(t, ctx, db, "A"), commitOne(t, ctx, db, ""); got != 5 || null != 2 {
-		t.Fatalf("after deleting every row: A %d (want 5), null asset %d (want 2)", got, null)
-	}
-	commitOne(t, ctx, db, "A")
-	exec(`TRUNCATE bridge.outbox`)
-	if got := commitOne(t, ctx, db, "A"); got != 7 {
-		t.Fatalf("A after TRUNCATE: asset_seq %d, want 7", got)
-	}
-}
-
 // The counter row is still the per-asset writer lock: a second writer of the
 // asset waits for the first to commit and then takes the next number (for
 // one asset, seq order = commit order); a rolled-back writer leaves no gap.

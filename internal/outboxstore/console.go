@@ -14,12 +14,9 @@ import (
 )
 
 // The console's views of NEW and SENT rows (internal/console), beside the
-// FAILED view of inspect.go. Each walks an index the relay already keeps,
-// so a view costs a page of rows, never a scan of the table's history:
-// NEW rows on outbox_new_by_seq in seq order (the order the relay sends
-// them), SENT rows on outbox_sent_at newest first. There is deliberately no
-// index on seq over every row (see the baseline migration), so SENT rows are
-// not paged by seq.
+// FAILED view of inspect.go, over bridge.outbox: NEW rows in seq order, SENT
+// rows newest first by seq (the log records no send time for rows sent with
+// their batch, so sent_at cannot order them).
 
 // viewWhere narrows a view: $1 topic, $2 asset, $3 event type ("" matches
 // everything).
@@ -40,14 +37,14 @@ WHERE status = 'NEW'` + viewWhere + `
 ORDER BY seq
 LIMIT $4`
 
-// listSentSQL pages SENT rows newest first, after the cursor ($5 sent_at,
-// $6 seq) of the previous page's last row.
+// listSentSQL pages SENT rows newest first, after the cursor ($6 seq; $5
+// set: a cursor was given) of the previous page's last row.
 const listSentSQL = `
 SELECT ` + viewColumns + `
 FROM bridge.outbox
 WHERE status = 'SENT'` + viewWhere + `
-  AND ($5::timestamptz IS NULL OR (sent_at, seq) < ($5, $6))
-ORDER BY sent_at DESC, seq DESC
+  AND ($5::timestamptz IS NULL OR seq < $6)
+ORDER BY seq DESC
 LIMIT $4`
 
 // countViewSQL counts a view's rows up to $5 (a view of SENT rows may hold
@@ -125,9 +122,12 @@ func ListView(ctx context.Context, db DB, status string, f ViewFilter, limit int
 		if status == "NEW" {
 			p.Next = strconv.FormatInt(last.Seq, 10)
 		} else {
-			// sent_at to the microsecond, as PostgreSQL keeps it: the
-			// cursor compares equal to the row it came from.
-			p.Next = strconv.FormatInt(last.SentAt.UTC().Truncate(time.Microsecond).UnixNano(), 10) + "_" + strconv.FormatInt(last.Seq, 10)
+			// "<sent_at in ns, 0 when not recorded>_<seq>"; pages go by seq.
+			var ns int64
+			if last.SentAt != nil {
+				ns = last.SentAt.UTC().Truncate(time.Microsecond).UnixNano()
+			}
+			p.Next = strconv.FormatInt(ns, 10) + "_" + strconv.FormatInt(last.Seq, 10)
 		}
 	}
 	return p, nil

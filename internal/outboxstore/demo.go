@@ -43,7 +43,11 @@ func ForeignNewRows(ctx context.Context, db DB, prefix string) (n int64, topic s
 // deleteTopicSQL removes every row of a topic: a finished demo run's or
 // benchmark's (its topic is its own). A demo's parked poison row would
 // otherwise stay FAILED forever and page whoever alerts on parked rows.
-const deleteTopicSQL = `DELETE FROM bridge.outbox WHERE topic = $1`
+// deleteTopicSQL removes a scratch topic's events from the log and the held
+// rows (the demo's and the benchmark's own topics only).
+const deleteTopicSQL = `
+WITH h AS (DELETE FROM bridge.outbox_held WHERE topic = $1)
+DELETE FROM bridge.outbox_log WHERE topic = $1`
 
 // DeleteTopic deletes every row of topic.
 func DeleteTopic(ctx context.Context, db DB, topic string) error {

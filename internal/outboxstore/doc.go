@@ -1,6 +1,9 @@
-// Package outboxstore owns bridge.outbox and bridge.asset_counters: every
-// statement over them lives here, next to the comment that says why it is written the way it is.
-// The relay claims and settles rows through it, operators (CLI, admin API,
+// Package outboxstore owns the outbox — the log (bridge.outbox_log and its
+// rotation), the held rows (bridge.outbox_held), the lanes' positions
+// (bridge.relay_positions), the bridge.outbox view — and
+// bridge.asset_counters: every statement over them lives here, next to the
+// comment that says why it is written the way it is. The relay reads batches
+// and writes outcomes and positions through it, operators (CLI, admin API,
 // metrics) read and replay through it, and the demo and the relay benchmark
 // fill, count and clear their own topics through it. Applications write the
 // tables only through the SQL functions bridge.enqueue and

@@ -101,11 +101,12 @@ func TestFailedFilters(t *testing.T) {
 	if ts[0].Topic != "t1" || ts[0].New != 1 || ts[0].Failed != 1 || ts[1].New != 1 || ts[1].Failed != 1 || ts[1].OldestNewAgeSeconds < 0 {
 		t.Fatalf("topic stats = %+v", ts)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.outbox SET status = 'SENT', sent_at = created_at + interval '20 ms' WHERE status = 'NEW'`); err != nil {
-		t.Fatal(err)
-	}
+	// The lanes pass the log's NEW row (the held ones — FAILED, and the
+	// replayed one waiting for a relay — stay): the log records no send
+	// time, so the latencies are 0.
+	passAll(t, ctx, db)
 	tp, err := ReadThroughput(ctx, db.Pool, time.Minute)
-	if err != nil || tp.Sent != 2 || tp.LatencyP50 < 0.019 || tp.LatencyP95 > 0.021 {
+	if err != nil || tp.Sent != 1 || tp.LatencyP50 != 0 || tp.LatencyP95 != 0 {
 		t.Fatalf("throughput = %+v, %v", tp, err)
 	}
 }

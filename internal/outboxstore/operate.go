@@ -21,7 +21,7 @@ SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 FROM bridge.outbox WHERE status = 'NEW'`
 
 const failedByTopicSQL = `
-SELECT topic, count(*) FROM bridge.outbox WHERE status = 'FAILED' GROUP BY topic ORDER BY topic`
+SELECT topic, count(*) FROM bridge.outbox_held WHERE status = 'FAILED' GROUP BY topic ORDER BY topic`
 
 // Stats is what `bridge outbox stats` shows and the metrics export.
 type Stats struct {
@@ -65,7 +65,7 @@ func scanCounts(ctx context.Context, db DB, sql string, into map[string]int64) e
 const listFailedSQL = `
 SELECT id, seq, asset_seq, topic, asset_id, event_type, attempts, coalesce(last_error, '') AS last_error,
        created_at, failed_at, CASE WHEN $3 THEN payload::text END AS payload
-FROM bridge.outbox
+FROM bridge.outbox_held
 WHERE status = 'FAILED' AND ($1 = '' OR topic = $1) AND seq > $4
 ORDER BY seq
 LIMIT $2`
@@ -105,7 +105,7 @@ func ListFailed(ctx context.Context, db DB, topic string, limit int, withPayload
 const replayByIDSQL = `
 WITH req AS (SELECT DISTINCT unnest($1::uuid[]) AS id),
 r AS (
-  UPDATE bridge.outbox o
+  UPDATE bridge.outbox_held o
   SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
   WHERE o.status = 'FAILED' AND o.id = ANY($1::uuid[])
   RETURNING o.id, o.seq
@@ -118,7 +118,7 @@ ORDER BY req.id`
 // replayAllSQL: see replayByIDSQL for the wake-up.
 const replayAllSQL = `
 WITH r AS (
-  UPDATE bridge.outbox
+  UPDATE bridge.outbox_held
   SET status = 'NEW', attempts = 0, next_attempt_at = now(), failed_at = NULL, replayed_at = now()
   WHERE status = 'FAILED' AND ($1 = '' OR topic = $1)
     AND ($2::interval IS NULL OR failed_at >= now() - $2::interval)

@@ -3,88 +3,114 @@ package outboxstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outboxbridge/bridge/internal/database/statement"
 )
 
-// Every statement that records an outcome is fenced: `o.lane = ANY(fence)`
+// Every statement that records an outcome is fenced: `lane = ANY(fence)`
 // with the lanes bridge.relay_fence (migration 00010) says this replica still
 // holds. A replica that stalled past its lease (GC, network) may still see
-// acks for records it produced, but it must not mark rows of a lane another
-// replica now owns. The duplicate it produced is harmless (same dedup-id); a
-// mark is not. The fence is a scalar subquery so it runs once per statement.
-
-// markSentSQL records the broker's acknowledgement. Rows are found by seq
-// on the NEW index (outbox_new_by_seq), whose entries for one batch sit on a
-// few adjacent pages, rather than by id on the primary key, where a batch's
-// random uuids touch a page each. $5..$6 is the batch's seq range: with few
-// live NEW rows the planner hashes the batch against a walk of the whole
-// index, which is cheap until a transaction pins the xmin horizon and the
-// index fills with dead entries nothing can remove (590,000 in two minutes
-// at 5,000 events/s); the range keeps any plan within the batch.
+// acks for records it produced, but it must not write outcomes for a lane
+// another replica now owns. The duplicate it produced is harmless (same
+// dedup-id); an outcome is not. The fence is a scalar subquery so it runs
+// once per statement.
 //
-// The mark commits without waiting for its WAL flush (synchronous_commit off
-// for this statement's transaction only, a one-time filter evaluated before
-// any row is read): the relay's next step never depends on the mark being
-// on disk, and a flush per mark is a WAL fsync the writers' commits queue
-// behind. What a PostgreSQL crash can lose is bounded and harmless
-// (docs/failure-modes.md §2): marks committed in the last ~3 × wal_writer_delay
-// (~0.6 s), and since WAL is written in order, a lost mark takes every later
-// one with it, never an earlier one — the rows come back NEW as a suffix of
-// what was produced, in seq order, and are produced again with the same
-// dedup-id, as after a relay crash between ack and mark. Charges and parks
-// keep synchronous commits (an attempt budget must not be refunded by a
-// crash).
-const markSentSQL = `
-UPDATE bridge.outbox o
-SET status = 'SENT', sent_at = now(), kafka_partition = m.part, kafka_offset = m.off, last_error = NULL
-FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS m(seq, part, off)
-WHERE o.seq = m.seq AND o.status = 'NEW'
-  AND o.seq BETWEEN $5 AND $6
-  AND o.lane = ANY((SELECT bridge.relay_fence($1))::int[])
-  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'`
+// The happy path writes nothing per event: the lane's position moves past
+// the batch (SavePosition). Only rows that did not go out are written, into
+// bridge.outbox_held, and a held row that goes out is marked SENT there.
 
-// Ack is one broker acknowledgement to record.
-type Ack struct {
-	Seq       int64 // the row's seq
-	Partition int32
-	Offset    int64
+// holdSQL copies log rows into bridge.outbox_held (attempts 0, due now):
+// rows held behind an earlier row of their asset, and rows about to be
+// charged or parked. A row already held stays as it is.
+const holdSQL = `
+INSERT INTO bridge.outbox_held (id, seq, asset_seq, topic, asset_id, lane, event_type, payload, headers, traceparent,
+                                tracestate, created_at)
+SELECT l.id, l.seq, l.asset_seq, l.topic, l.asset_id, l.lane, l.event_type, l.payload, l.headers, l.traceparent,
+       l.tracestate, l.created_at
+FROM bridge.outbox_log l
+WHERE l.id = ANY($2::uuid[])
+  AND l.lane = ANY((SELECT bridge.relay_fence($1))::int[])
+ORDER BY l.seq
+ON CONFLICT (id) DO NOTHING`
+
+// releaseSentSQL marks held rows the broker acknowledged SENT (they keep
+// their attempts for operators; DeleteHeldSent removes them after the
+// retention).
+const releaseSentSQL = `
+UPDATE bridge.outbox_held h
+SET status = 'SENT', sent_at = now(), last_error = NULL
+WHERE h.id = ANY($2::uuid[]) AND h.status = 'NEW'
+  AND h.lane = ANY((SELECT bridge.relay_fence($1))::int[])`
+
+// Outcomes is what one produced batch leaves to write, besides the
+// position: log rows to hold (Hold, and every log row in Charges and
+// Parks), held rows that went out (Sent), failed sends to charge and rows to
+// park. All of it is written in one transaction.
+type Outcomes struct {
+	Hold        []uuid.UUID
+	Sent        []uuid.UUID
+	Charges     []Charge
+	Parks       []Park
+	MaxAttempts int
+	Announce    Announce
 }
 
-// MarkSent marks acknowledged rows SENT and returns how many it marked (fewer
-// than asked when a lane's lease was lost meanwhile).
-func MarkSent(ctx context.Context, db DB, member string, acks []Ack) (int64, error) {
-	seqs := make([]int64, len(acks))
-	parts := make([]int32, len(acks))
-	offs := make([]int64, len(acks))
-	if len(acks) == 0 {
-		return 0, nil
+// WriteOutcomes writes o in one transaction and returns the charged rows'
+// new state.
+func WriteOutcomes(ctx context.Context, db DB, member string, o Outcomes) ([]Charged, error) {
+	b := &pgx.Batch{}
+	if len(o.Hold) > 0 {
+		b.Queue(holdSQL, member, o.Hold)
 	}
-	lo, hi := acks[0].Seq, acks[0].Seq
-	for i, a := range acks {
-		seqs[i], parts[i], offs[i] = a.Seq, a.Partition, a.Offset
-		lo, hi = min(lo, a.Seq), max(hi, a.Seq)
+	if len(o.Sent) > 0 {
+		b.Queue(releaseSentSQL, member, o.Sent)
 	}
-	// Planned afresh each time, like the claim (see Claim): a generic plan
-	// cached on an empty table hashes the batch against a scan of all of it.
-	// (Its prepared plan once the statistics describe a sizeable table, as
-	// the claim does, was tried: the relay fell behind at 5,000 events/s for
-	// the 10 s after its first ANALYZE, and late commits waited 1.5 s.)
-	tag, err := db.Exec(ctx, markSentSQL, pgx.QueryExecModeExec, member, seqs, parts, offs, lo, hi)
-	if err != nil {
-		return 0, fmt.Errorf("mark outbox rows sent: %w", err)
+	var out []Charged
+	var parked []uuid.UUID
+	if len(o.Charges) > 0 {
+		ids := make([]uuid.UUID, len(o.Charges))
+		errs := make([]string, len(o.Charges))
+		delays := make([]int64, len(o.Charges))
+		for i, c := range o.Charges {
+			ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
+		}
+		b.Queue(chargeSQL, member, ids, errs, delays, o.MaxAttempts).Query(func(rows pgx.Rows) error {
+			var err error
+			out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
+			return err
+		})
+		parked = append(parked, ids...)
 	}
-	return tag.RowsAffected(), nil
+	if len(o.Parks) > 0 {
+		ids := make([]uuid.UUID, len(o.Parks))
+		reasons := make([]string, len(o.Parks))
+		for i, p := range o.Parks {
+			ids[i], reasons[i] = p.ID, p.Reason
+		}
+		b.Queue(parkSQL, member, ids, reasons)
+		parked = append(parked, ids...)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	if o.Announce.Topic != "" && len(parked) > 0 {
+		queueAnnounceFailed(b, o.Announce, parked)
+	}
+	// One pgx batch is one implicit transaction: the holds, the charges,
+	// the parks and their announcements commit together.
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("write relay outcomes: %w", err)
+	}
+	return out, nil
 }
 
 // chargeSQL counts a failed send that belongs to the row: attempts+1, the
 // error, the next try after the backoff — or FAILED when the budget is spent,
 // so the row stops holding back its asset.
 const chargeSQL = `
-UPDATE bridge.outbox o
+UPDATE bridge.outbox_held o
 SET attempts = o.attempts + 1,
     last_error = m.err,
     next_attempt_at = now() + m.delay_ms * interval '1 millisecond',
@@ -107,35 +133,6 @@ type Charged struct {
 	ID       uuid.UUID `db:"id"`
 	Status   string    `db:"status"` // NEW (will retry) or FAILED (budget spent)
 	Attempts int       `db:"attempts"`
-}
-
-// ChargeAttempts charges each row one attempt; a row reaching maxAttempts is
-// parked as FAILED, and announced as ann says in the same transaction
-// (announceFailedSQL).
-func ChargeAttempts(ctx context.Context, db DB, member string, charges []Charge, maxAttempts int, ann Announce) ([]Charged, error) {
-	ids := make([]uuid.UUID, len(charges))
-	errs := make([]string, len(charges))
-	delays := make([]int64, len(charges))
-	for i, c := range charges {
-		ids[i], errs[i], delays[i] = c.ID, c.Err, c.DelayMs
-	}
-	if ann.Topic == "" {
-		return statement.Select[Charged](ctx, db, "charge outbox attempts", chargeSQL, member, ids, errs, delays, maxAttempts)
-	}
-	var out []Charged
-	b := &pgx.Batch{}
-	b.Queue(chargeSQL, member, ids, errs, delays, maxAttempts).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Charged])
-		return err
-	})
-	queueAnnounceFailed(b, ann, ids)
-	// One pgx batch is one implicit transaction: the park and its
-	// announcement commit together.
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("charge outbox attempts: %w", err)
-	}
-	return out, nil
 }
 
 // Announce says how a parked row is announced as an operational event
@@ -164,7 +161,7 @@ SELECT count(bridge.enqueue($1, $3 || o.topic, $5, jsonb_build_object(
          'id', o.id, 'topic', o.topic, 'asset_id', o.asset_id, 'asset_seq', o.asset_seq,
          'event_type', o.event_type, 'attempts', o.attempts, 'error', coalesce(o.last_error, ''),
          'failed_at', o.failed_at)))
-FROM (SELECT o.* FROM bridge.outbox o
+FROM (SELECT o.* FROM bridge.outbox_held o
       WHERE o.id = ANY($2::uuid[]) AND o.status = 'FAILED' AND o.failed_at = now()
         AND o.topic <> $1 AND NOT (o.event_type = ANY($4::text[]))
       ORDER BY o.topic, o.seq
@@ -177,7 +174,7 @@ func queueAnnounceFailed(b *pgx.Batch, ann Announce, ids []uuid.UUID) {
 // parkSQL parks rows that retrying cannot fix (too large, invalid topic,
 // authorization refused) at once, with the reason.
 const parkSQL = `
-UPDATE bridge.outbox o
+UPDATE bridge.outbox_held o
 SET status = 'FAILED', attempts = o.attempts + 1, last_error = m.err, failed_at = now()
 FROM unnest($2::uuid[], $3::text[]) AS m(id, err)
 WHERE o.id = m.id AND o.status = 'NEW'
@@ -189,25 +186,19 @@ type Park struct {
 	Reason string
 }
 
-// ParkRows parks rows as FAILED and announces them as ann says in the same
-// transaction.
-func ParkRows(ctx context.Context, db DB, member string, parks []Park, ann Announce) error {
-	ids := make([]uuid.UUID, len(parks))
-	reasons := make([]string, len(parks))
-	for i, p := range parks {
-		ids[i], reasons[i] = p.ID, p.Reason
+// deleteHeldSentSQL removes held rows sent longer than the retention ago,
+// in bounded batches.
+const deleteHeldSentSQL = `
+DELETE FROM bridge.outbox_held
+WHERE id IN (SELECT id FROM bridge.outbox_held WHERE status = 'SENT' AND sent_at < now() - $1::interval
+             ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// DeleteHeldSent deletes up to limit held rows sent before the retention
+// and returns how many.
+func DeleteHeldSent(ctx context.Context, db DB, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deleteHeldSentSQL, Interval(retention), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete sent held outbox rows: %w", err)
 	}
-	if ann.Topic == "" {
-		if _, err := db.Exec(ctx, parkSQL, member, ids, reasons); err != nil {
-			return fmt.Errorf("park outbox rows: %w", err)
-		}
-		return nil
-	}
-	b := &pgx.Batch{}
-	b.Queue(parkSQL, member, ids, reasons)
-	queueAnnounceFailed(b, ann, ids)
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("park outbox rows: %w", err)
-	}
-	return nil
+	return tag.RowsAffected(), nil
 }

@@ -15,10 +15,6 @@ import (
 // locks on its own connection, so a lost connection says neither, and
 // writers then notify as if no relay were there.
 
-// inflightFloorSQL: the floor below every seq an in-flight writer holds or
-// will draw (see ClaimParams.InflightFloor).
-const inflightFloorSQL = `SELECT bridge.relay_inflight_floor()`
-
 // RelayBusy declares the relay on conn busy: commits stop notifying while
 // no relay waits. For a connection that holds neither state.
 func RelayBusy(ctx context.Context, conn *pgx.Conn) error {

@@ -2,196 +2,347 @@ package relay
 
 import (
 	"context"
-	"math"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/database"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
 )
 
-// Claim: which rows a cycle may produce, in order.
+// Claim: which events a cycle produces, in order. The relay reads the log in
+// batches per group of lanes that share a position (see outboxstore's
+// batchSQL), and the rows held in bridge.outbox_held that are due.
 
-// row is one claimed outbox row.
+// row is one event a cycle produces.
 type row = outboxstore.Claimed
 
-// claim reads the next batch. See outboxstore's claimSQL for where the scan
-// starts: after the last row claimed while a drain is under way, and from the
-// floor whenever the relay caught up or the poll interval passed.
-func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) ([]*row, bool, error) {
+// laneGroup is a set of owned lanes at the same position, and the batch
+// being read for them. Only the relay loop touches it.
+type laneGroup struct {
+	lanes []int
+	// prev is the lanes' position: everything its snapshot sees was passed.
+	prev string
+	// cur ends the batch being read ("" : none open); afterXid/afterSeq is
+	// the key of the last row read of it.
+	cur                string
+	afterXid, afterSeq int64
+	// saved is the position last handed to a settlement to save.
+	saved outboxstore.Position
+	// deferred holds, per asset, rows read before their predecessor (see
+	// outboxstore's batchSQL), in asset_seq order.
+	deferred map[string][]*row
+}
+
+func (g *laneGroup) rewind() {
+	g.afterXid, g.afterSeq = 0, 0
+	g.deferred = map[string][]*row{}
+}
+
+// position is where the group is: its batch read in part counts only while
+// no row of it waits for its predecessor.
+func (g *laneGroup) position() outboxstore.Position {
+	if g.cur == "" || len(g.deferred) > 0 || (g.afterXid == 0 && g.afterSeq == 0) {
+		return outboxstore.Position{Tick: g.prev}
+	}
+	return outboxstore.Position{Tick: g.prev, BatchEnd: g.cur, AfterXid: g.afterXid, AfterSeq: g.afterSeq}
+}
+
+// knownLimit bounds the map of the last asset_seq produced per asset; past
+// it the map starts over (it only saves predecessor lookups).
+const knownLimit = 200000
+
+// claimed is what one claim returns.
+type claimed struct {
+	rows []*row // to produce, per asset in asset_seq order
+	hold []*row // log rows to hold behind their asset's held rows
+	more bool
+}
+
+// syncGroups makes the groups cover exactly the owned lanes: lanes no longer
+// owned leave their group, lanes just acquired join a group at the position
+// stored for them.
+func (r *Relay) syncGroups(ctx context.Context, lanes []int) error {
+	have := map[int]bool{}
+	owned := map[int]bool{}
+	for _, l := range lanes {
+		owned[l] = true
+	}
+	groups := r.groups[:0]
+	for _, g := range r.groups {
+		g.lanes = slices.DeleteFunc(g.lanes, func(l int) bool { return !owned[l] })
+		// Rows of a lane that moved away are its new owner's to send.
+		for k, ws := range g.deferred {
+			if ws = slices.DeleteFunc(ws, func(w *row) bool { return !owned[w.Lane] }); len(ws) == 0 {
+				delete(g.deferred, k)
+			} else {
+				g.deferred[k] = ws
+			}
+		}
+		if len(g.lanes) > 0 {
+			groups = append(groups, g)
+			for _, l := range g.lanes {
+				have[l] = true
+			}
+		}
+	}
+	r.groups = groups
+	var added []int
+	for _, l := range lanes {
+		if !have[l] {
+			added = append(added, l)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	positions, err := outboxstore.LanePositions(ctx, r.pool, added)
+	if err != nil {
+		return err
+	}
+	byPos := map[outboxstore.Position]*laneGroup{}
+	for _, l := range added {
+		p := positions[l]
+		if p.Tick == "" {
+			p = outboxstore.Position{Tick: "1:1:"}
+		}
+		g := byPos[p]
+		if g == nil {
+			g = &laneGroup{prev: p.Tick, cur: p.BatchEnd, afterXid: p.AfterXid, afterSeq: p.AfterSeq, saved: p,
+				deferred: map[string][]*row{}}
+			byPos[p] = g
+			r.groups = append(r.groups, g)
+		}
+		g.lanes = append(g.lanes, l)
+	}
+	return nil
+}
+
+// mergeGroups joins groups at the same position with no batch open.
+func (r *Relay) mergeGroups() {
+	if len(r.groups) < 2 {
+		return
+	}
+	byTick := map[string]*laneGroup{}
+	out := r.groups[:0]
+	for _, g := range r.groups {
+		if g.cur == "" && len(g.deferred) == 0 {
+			if o := byTick[g.prev]; o != nil {
+				o.lanes = append(o.lanes, g.lanes...)
+				slices.Sort(o.lanes)
+				continue
+			}
+			byTick[g.prev] = g
+		}
+		out = append(out, g)
+	}
+	r.groups = out
+}
+
+// checkpoint is the read state of every group before
+// a claim: restored when what the claim read cannot be settled — an outage,
+// or a settlement that could not be written — so the lanes read it again.
+// What was produced of it goes out again with the same dedup-ids.
+type checkpoint struct {
+	groups []laneGroup
+}
+
+func (r *Relay) checkpoint() *checkpoint {
+	cp := &checkpoint{}
+	for _, g := range r.groups {
+		c := *g
+		c.lanes = slices.Clone(g.lanes)
+		c.deferred = make(map[string][]*row, len(g.deferred))
+		for k, v := range g.deferred {
+			c.deferred[k] = slices.Clone(v)
+		}
+		cp.groups = append(cp.groups, c)
+	}
+	return cp
+}
+
+// restore goes back to cp (nil: nothing to restore).
+func (r *Relay) restore(cp *checkpoint) {
+	if cp == nil {
+		return
+	}
+	r.groups = r.groups[:0]
+	for i := range cp.groups {
+		g := cp.groups[i]
+		r.groups = append(r.groups, &g)
+	}
+}
+
+// claim reads the next rows to produce: the held rows that are due, then a
+// page of each group's batch.
+func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (claimed, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	if !slices.Equal(lanes, r.floorLanes) {
-		// A lane just taken over may hold NEW rows anywhere below the floor.
-		r.floor, r.floorLanes = 0, slices.Clone(lanes)
+	var out claimed
+	if err := r.syncGroups(qctx, lanes); err != nil {
+		return out, err
 	}
-	if low := r.lowered.Swap(math.MaxInt64); low < r.floor {
-		r.floor = low
-	}
-	after := r.cursor
-	fromFloor := after == 0 || time.Since(r.lastFloorScan) >= r.cfg.PollInterval
-	if fromFloor {
-		after = r.floor
-		r.lastFloorScan = time.Now()
-	}
+	r.mergeGroups()
 	margin := r.cfg.LeaseTimeout / 2
 	if late := r.lanes.sinceRenewed(); late > r.cfg.LeaseTimeout-margin && time.Since(r.fenceWarned) > 10*time.Second {
-		// The fence refuses every claim now, and an empty claim looks like
+		// The fence refuses every read now, and an empty batch looks like
 		// an empty outbox: without this line a relay whose lease upkeep
 		// cannot keep up (a starved machine, a slow disk under its commits)
-		// stalls with its rows NEW and says nothing.
+		// stalls and says nothing.
 		r.fenceWarned = time.Now()
-		r.log.WarnContext(ctx, "lane leases not renewed in time: the fence refuses claims until the upkeep catches up",
+		r.log.WarnContext(ctx, "lane leases not renewed in time: the fence refuses reads until the upkeep catches up",
 			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
 	}
 	started := time.Now()
-	// Raising the floor needs the in-flight floor, a read of pg_locks
-	// (~0.4 ms, and it holds every lock-manager partition meanwhile: each
-	// writer's xid lock waits for it). Busy, the relay claims 100–250 times
-	// a second; raised at most every floorRaiseEvery, the floor trails by
-	// the rows marked meanwhile (a few hundred index entries at 5,000/s).
-	raiseFloor := fromFloor && time.Since(r.floorRaisedAt) >= floorRaiseEvery
-	inflightFloor := int64(math.MaxInt64)
-	var readInflight *int64
-	if raiseFloor {
-		readInflight = &inflightFloor
-	}
-	claimed, more, err := outboxstore.Claim(qctx, r.pool, outboxstore.ClaimParams{
-		Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
-		Limit: r.cfg.BatchSize, After: after, Floor: r.floor, Exclude: inflight.excluded(), Acked: inflight.acked(),
-		MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, FreshPlan: r.freshPlans.Load(),
-		// Streaming (the last claim took everything there was) claims a
-		// few rows, and planning them cost twice their execution. A drain
-		// (the resume cursor is set) keeps a plan made for its parameters:
-		// the generic plan cannot know that LIMIT $2 stops the index walk
-		// early.
-		GenericPlan:   r.cursor == 0,
-		InflightFloor: readInflight,
-	})
+	held, err := outboxstore.ReadHeldDue(qctx, r.pool, r.cfg.MemberID, lanes, margin, r.cfg.BatchSize, r.cfg.MaxMessageBytes)
 	if err != nil {
-		return nil, false, err
+		return out, err
+	}
+	// A held row whose outcome is still being written is not sent twice.
+	inSettlement := inflight.ids()
+	// Nor does an asset whose held row failed in it go on meanwhile.
+	for _, w := range held {
+		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
+			out.rows = append(out.rows, w)
+		}
+	}
+
+	var cur string
+	for _, g := range r.groups {
+		if g.cur == "" {
+			if cur == "" {
+				if cur, err = outboxstore.CurrentSnapshot(qctx, r.pool); err != nil {
+					return out, err
+				}
+			}
+			g.cur = cur
+			g.rewind()
+		}
+		page, more, err := outboxstore.ReadBatch(qctx, r.pool, outboxstore.BatchParams{
+			Member: r.cfg.MemberID, Lanes: g.lanes, Margin: margin, Prev: g.prev, Cur: g.cur,
+			AfterXid: g.afterXid, AfterSeq: g.afterSeq, Limit: r.cfg.BatchSize,
+			MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, Known: r.known,
+		})
+		if err != nil {
+			return out, err
+		}
+		if n := len(page); n > 0 {
+			g.afterXid, g.afterSeq = page[n-1].Xid, page[n-1].Seq
+		}
+		r.takePage(g, page, inflight, &out)
+		if more {
+			out.more = true
+			continue
+		}
+		// The batch is read: the lanes have passed g.cur once this cycle's
+		// outcomes are written.
+		if len(g.deferred) > 0 {
+			// Cannot happen while writers of one asset are serialised: a
+			// deferred row's predecessor is in the same batch. Produce them
+			// rather than lose them.
+			r.log.WarnContext(ctx, "rows whose predecessor was not found in their batch; producing them", "assets", len(g.deferred))
+			for k, ws := range g.deferred {
+				out.rows = append(out.rows, ws...)
+				delete(g.deferred, k)
+			}
+		}
+		g.prev, g.cur = g.cur, ""
+		g.afterXid, g.afterSeq = 0, 0
 	}
 	took := time.Since(started)
 	if r.cfg.ClaimObserver != nil {
-		r.cfg.ClaimObserver(took, len(claimed))
+		r.cfg.ClaimObserver(took, len(out.rows)+len(out.hold))
 	}
-	if took > slowClaim {
-		r.wantStats() // a plan made on statistics that say "empty" is one cause
+	for _, w := range out.rows {
+		r.known[w.AssetKey()] = w.AssetSeq
 	}
-	if raiseFloor && len(claimed) > 0 {
-		r.floorRaisedAt = started
-		// Nothing of these lanes is NEW below the lowest NEW row this
-		// snapshot saw, and no transaction still in flight holds a seq
-		// below the in-flight floor read just before it (migration 00160):
-		// commits skip their notification while this relay is busy, so a
-		// late commit cannot be the one to lower the floor. Rows replayed
-		// below it are in r.lowered and apply to the next claim. An empty
-		// claim keeps the old floor: lower than needed, never too high.
-		r.floor = min(claimed[0].FloorSeq-1, inflightFloor)
+	if len(r.known) > knownLimit {
+		r.known = map[string]int64{}
 	}
-	if !more {
-		r.cursor = 0 // caught up: the next claim starts from the floor
-	} else {
-		r.wantStats() // a backlog: are the planner's statistics still true?
-		r.cursor = claimed[len(claimed)-1].Seq
-	}
-	return claimed, more, nil
+	return out, nil
 }
 
-// floorRaiseEvery: how often at most a claim raises the floor (see claim).
-const floorRaiseEvery = 25 * time.Millisecond
-
-// slowClaim: a claim slower than this makes the relay check the outbox's
-// planner statistics (a claim of 1,000 rows takes 2–20 ms on a sound plan).
-const slowClaim = 50 * time.Millisecond
-
-// lowerFloor makes the next claim scan from seq above at most: rows from
-// above+1 on may have become NEW below the floor. Safe from any goroutine.
-func (r *Relay) lowerFloor(above int64) {
-	for {
-		cur := r.lowered.Load()
-		if above >= cur || r.lowered.CompareAndSwap(cur, above) {
-			return
+// takePage sorts one page of a group's batch into rows to produce now, rows
+// to hold (their asset has held rows, or a row of it is failing in the
+// settlement being written) and rows that wait for their predecessor.
+func (r *Relay) takePage(g *laneGroup, page []*row, inflight *settlement, out *claimed) {
+	divert := map[string]bool{}
+	for _, w := range page {
+		k := w.AssetKey()
+		if divert[k] || w.AssetHeld || inflight.failing(k) {
+			divert[k] = true
+			if d := g.deferred[k]; len(d) > 0 {
+				out.hold = append(out.hold, d...)
+				delete(g.deferred, k)
+			}
+			out.hold = append(out.hold, w)
+			continue
+		}
+		if d := g.deferred[k]; len(d) > 0 && w.AssetSeq > d[0].AssetSeq || w.PredecessorPending {
+			d = append(g.deferred[k], w)
+			sort.Slice(d, func(i, j int) bool { return d[i].AssetSeq < d[j].AssetSeq })
+			g.deferred[k] = d
+			continue
+		}
+		out.rows = append(out.rows, w)
+		next := w.AssetSeq + 1
+		for d := g.deferred[k]; len(d) > 0 && d[0].AssetSeq == next; d = g.deferred[k] {
+			out.rows = append(out.rows, d[0])
+			next++
+			if len(d) == 1 {
+				delete(g.deferred, k)
+			} else {
+				g.deferred[k] = d[1:]
+			}
 		}
 	}
 }
 
-// excluded are the seqs of the settlement being written (nil: none): NEW
-// until it commits, and not to be claimed again meanwhile.
-func (s *settlement) excluded() []int64 {
-	if s == nil {
-		return nil
-	}
-	return s.seqs
-}
-
-// acked maps each asset of the settlement being written to the highest
-// asset_seq of it the broker acked (nil settlement: empty).
-func (s *settlement) acked() map[string]int64 {
-	out := map[string]int64{}
+// ids are the held rows of the settlement being written (nil: none), by id.
+func (s *settlement) ids() map[string]bool {
+	out := map[string]bool{}
 	if s == nil {
 		return out
 	}
-	for _, i := range s.sent {
-		w := s.rows[i]
-		out[w.AssetKey()] = max(out[w.AssetKey()], w.AssetSeq)
+	for _, w := range s.rows {
+		if w.Held {
+			out[w.ID.String()] = true
+		}
 	}
 	return out
 }
 
-// inOrder keeps, per asset, only the claimed rows that can go out now: the
-// asset's first claimed row must follow an event that is no longer NEW (or
-// was acked in the batch whose outcome is being written), and the rows after
-// it must continue its asset_seq without a gap. Rows it drops stay NEW and are
-// claimed again by a later cycle, in order. This is what makes the claim's
-// resume cursor safe (see outboxstore's claimSQL).
-func (r *Relay) inOrder(claimed []*row, inflight *settlement) []*row {
-	acked := inflight.acked()
-	blocked := map[string]bool{}
-	for _, w := range claimed {
-		// Set on each asset's first row of the claim (see outboxstore).
-		if p := w.PredecessorStatus; p != nil && *p == "NEW" && acked[w.AssetKey()] != w.AssetSeq-1 {
-			blocked[w.AssetKey()] = true
-		}
-	}
-	next := map[string]int64{}
-	out := claimed[:0:0]
-	for _, w := range claimed {
-		k := w.AssetKey()
-		if blocked[k] {
-			continue
-		}
-		if want, ok := next[k]; ok && w.AssetSeq != want {
-			blocked[k] = true // a gap: the missing row was not claimed
-			continue
-		}
-		next[k] = w.AssetSeq + 1
-		out = append(out, w)
-	}
-	return out
+// failing says whether asset k has a row that failed in the settlement
+// being written: its hold is not written yet, so the next batch must hold
+// the asset's later rows instead of producing them.
+func (s *settlement) failing(k string) bool {
+	return s != nil && s.unsettled[k]
 }
 
 // sameTopicRuns keeps, per asset, only the leading rows that go to the same
-// topic as the asset's first row in the batch. Records of one asset to one
-// topic share a partition, and franz-go fails a partition's buffered records
-// together, so a failure there cannot be overtaken. Records to another topic
-// would be produced concurrently and could land while an earlier row of the
-// asset is failing; they wait for the next cycle instead.
-func sameTopicRuns(rows []*row) []*row {
+// topic as the asset's first row in the batch, and returns the others apart.
+// Records of one asset to one topic share a partition, and franz-go fails a
+// partition's buffered records together, so a failure there cannot be
+// overtaken. Records to another topic would be produced concurrently and
+// could land while an earlier row of the asset is failing; they are held
+// (log rows are copied into bridge.outbox_held) and go out in order once the
+// earlier ones did.
+func sameTopicRuns(rows []*row) (keep, rest []*row) {
 	topicOf := map[string]string{}
 	stopped := map[string]bool{}
-	out := rows[:0:0]
 	for _, w := range rows {
 		k := w.AssetKey()
 		if stopped[k] {
+			rest = append(rest, w)
 			continue
 		}
 		if t, seen := topicOf[k]; seen && t != w.Topic {
 			stopped[k] = true
+			rest = append(rest, w)
 			continue
 		}
 		topicOf[k] = w.Topic
-		out = append(out, w)
+		keep = append(keep, w)
 	}
-	return out
+	return keep, rest
 }

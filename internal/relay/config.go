@@ -50,7 +50,7 @@ type Config struct {
 	// retry a retriable error forever and the row would never be counted)
 	// (RELAY_PRODUCE_TIMEOUT). Default 30s.
 	ProduceTimeout time.Duration
-	// Retention: SENT rows older than this are deleted (RELAY_RETENTION).
+	// Retention: how long sent events stay readable at least (RELAY_RETENTION; see Rotation).
 	// Default 24h.
 	Retention time.Duration
 	// MaxMessageBytes: a payload larger than this is parked without sending

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -14,26 +13,31 @@ import (
 // returns the settlement to write; nil when nothing was claimed.
 func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (cycleResult, *settlement, error) {
 	started := time.Now()
-	claimed, more, err := r.claim(ctx, lanes, inflight)
-	if err != nil || len(claimed) == 0 {
+	before := r.checkpoint()
+	c, err := r.claim(ctx, lanes, inflight)
+	if err != nil {
+		r.restore(before)
 		return cycleResult{claimTook: time.Since(started)}, nil, err
 	}
 	claimedAt := time.Now()
-	res := cycleResult{claimed: len(claimed), more: more, claimTook: claimedAt.Sub(started)}
-	if inflight != nil && len(inflight.unsettled) > 0 {
-		claimed = slices.DeleteFunc(claimed, func(w *row) bool { return inflight.unsettled[w.AssetKey()] })
+	res := cycleResult{claimed: len(c.rows) + len(c.hold), more: c.more, claimTook: claimedAt.Sub(started)}
+	rows, rest := sameTopicRuns(c.rows)
+	for _, w := range rest {
+		if !w.Held {
+			c.hold = append(c.hold, w)
+		}
 	}
-	claimed = r.inOrder(claimed, inflight)
-	if len(claimed) == 0 {
-		return res, nil, nil
+	s := &settlement{before: before, rows: rows, hold: c.hold, results: make([]sendResult, len(rows)), unsettled: map[string]bool{}, done: make(chan struct{})}
+	s.save = r.positionsToSave()
+	if len(rows) == 0 {
+		if len(s.hold) == 0 && s.save == nil {
+			return res, nil, nil
+		}
+		return res, s, nil
 	}
-	rows := sameTopicRuns(claimed)
-
-	s := &settlement{rows: rows, results: make([]sendResult, len(rows)), unsettled: map[string]bool{}, done: make(chan struct{})}
 	results := s.results
 	var toSend []int
 	for i, w := range rows {
-		s.seqs = append(s.seqs, w.Seq)
 		if w.PayloadBytes > r.cfg.MaxMessageBytes {
 			s.oversized = append(s.oversized, i)
 			continue
@@ -69,7 +73,8 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 			r.log.WarnContext(ctx, "no broker reachable: treating as outage, no attempts charged",
 				"rows", len(failed), "error", results[failed[0]].err, "ping_error", pingErr)
 			res.outage = true
-			return res, &settlement{rows: rows, results: results, oversized: s.oversized, seqs: s.seqs, done: s.done}, nil
+			r.restore(before)
+			return res, nil, nil
 		}
 		if !r.unchargedRetryUsed {
 			// A broker that answers now may have been down while these
@@ -79,7 +84,8 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 			r.unchargedRetryUsed = true
 			r.log.WarnContext(ctx, "nothing in the batch got through but a broker answers; retrying once before charging",
 				"rows", len(failed), "error", results[failed[0]].err)
-			return res, &settlement{rows: rows, results: results, oversized: s.oversized, seqs: s.seqs, done: s.done}, nil
+			r.restore(before)
+			return res, nil, nil
 		}
 	}
 	if len(s.sent) > 0 {
@@ -91,8 +97,9 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 
 	// Only the earliest failed row of each asset is judged. franz-go fails
 	// all buffered records of a partition together, so the later rows of the
-	// same asset are collateral: they stay NEW, uncharged, held behind their
-	// head by the claim's per-asset hold.
+	// same asset are collateral: they are held, uncharged, behind their head
+	// (every log row of the batch that did not go out is held, see
+	// settlement.write).
 	heads := map[string]bool{}
 	for _, i := range failed { // failed is in seq order
 		k := rows[i].AssetKey()

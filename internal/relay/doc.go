@@ -1,20 +1,23 @@
-// Package relay moves committed outbox rows to Kafka (`bridge relay`).
+// Package relay moves committed outbox events to Kafka (`bridge relay`).
 //
-// Each cycle claims NEW rows of the lanes this replica leases, in seq order,
-// produces them (key = asset id, Java-compatible murmur2 partitioning,
-// idempotent producer, acks=all), waits for every acknowledgement and only
-// then marks rows SENT with partition and offset. A crash between produce and
-// mark re-sends the row later with the same dedup-id: at least once, never
-// lost.
+// The outbox is a log (migration 00200, docs/architecture.md "The outbox as
+// a log"). Each cycle reads a page of its lane groups' batches — the events
+// visible in a newer snapshot and not in the lanes' position — and the held
+// rows that are due, produces them (key = asset id, Java-compatible murmur2
+// partitioning, idempotent producer, acks=all), waits for every
+// acknowledgement, holds what did not go out, and moves the lanes' position
+// past the batch (saved about once a second). A crash before the position is
+// saved re-sends the last events with the same dedup-id: at least once,
+// never lost.
 //
-// Order. Per asset, enqueue serialises writers (so seq order = commit order);
-// an asset hashes onto one of 64 lanes and a lane is leased to one replica
-// (so one replica at a time produces an asset's rows); a row waiting for its
-// retry holds back the later rows of its own asset and nothing else (the
-// claim's per-asset hold).
+// Order. Per asset, enqueue serialises writers (so commit order is the order
+// a snapshot sees them in); an asset hashes onto one of 64 lanes and a lane is
+// leased to one replica (so one replica at a time produces an asset's
+// events); a row waiting for its retry holds back the later rows of its own
+// asset, which are held behind it, and nothing else.
 //
 // Failures (docs/failure-modes.md §4). A failed send is classified: retriable errors
-// charge the row an attempt and schedule a retry with exponential backoff;
+// charge the row an attempt (in bridge.outbox_held) and schedule a retry with exponential backoff;
 // after MaxAttempts the row is parked as FAILED and the relay continues past
 // it (a loop that stopped at it would pile up everything behind it). Errors retrying cannot fix park at
 // once — after re-sending the row alone when the broker rejects whole batches

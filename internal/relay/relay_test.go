@@ -156,8 +156,20 @@ func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 		others = append(others, b.enqueue(outbox.Event{Topic: goodTopic, AssetID: fmt.Sprintf("other-%d", i), EventType: "asset.created", Payload: payload(i)})...)
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Other assets' rows go out while the poison row is still being
+	// retried (seen SENT while it is not FAILED yet).
+	sentWhileRetried := 0
 	testkit.Eventually(t, 30*time.Second, func() string {
 		r := b.row(poisonID)
+		if r.Status != "FAILED" {
+			n := 0
+			for _, id := range others {
+				if b.row(id).Status == "SENT" {
+					n++
+				}
+			}
+			sentWhileRetried = max(sentWhileRetried, n)
+		}
 		return testkit.Unless(r.Status == "FAILED", "poison row FAILED: %s", fmt.Sprintf("%+v", r))
 	})
 	poison := b.row(poisonID)
@@ -178,17 +190,13 @@ func TestPermanentFailureParksAfterMaxAttempts(t *testing.T) {
 	if !behind.SentAt.After(*poison.FailedAt) {
 		t.Fatalf("row behind the poison sent at %v, before the poison was parked at %v", behind.SentAt, poison.FailedAt)
 	}
-	sentBeforePark := 0
 	for _, id := range others {
 		r := b.row(id)
 		if r.Status != "SENT" || r.Attempts != 0 {
 			t.Fatalf("other asset row %s: %+v", id, r)
 		}
-		if r.SentAt.Before(*poison.FailedAt) {
-			sentBeforePark++
-		}
 	}
-	if sentBeforePark == 0 {
+	if sentWhileRetried == 0 {
 		t.Fatal("no other asset's row was sent while the poison row was being retried")
 	}
 }
@@ -471,6 +479,7 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 				}
 				total := assets * perAsset
 				b.waitAllSent(total, 60*time.Second)
+				allSentAt := time.Now()
 				// When did the survivors hold every lane the victim had?
 				var takenOver time.Duration
 				testkit.Eventually(t, 10*time.Second, func() string {
@@ -488,10 +497,8 @@ func TestReplicasTakeOverFromKilledOne(t *testing.T) {
 					takenOver = time.Since(killedAt)
 					return ""
 				})
-				var lastSent time.Time
-				if err := b.db.Pool.QueryRow(context.Background(), `SELECT max(sent_at) FROM bridge.outbox WHERE lane = ANY($1)`, victimLanes).Scan(&lastSent); err != nil {
-					t.Fatal(err)
-				}
+				// Every row was SENT (its lane's position past it) by now.
+				lastSent := allSentAt
 				limit := cfg.LeaseTimeout + cfg.LeaseTimeout/5 + time.Second
 				if d := lastSent.Sub(killedAt); d > limit+5*time.Second {
 					t.Fatalf("victim's rows drained %s after the kill, limit ~%s", d, limit)
@@ -630,17 +637,11 @@ func TestRecordShape(t *testing.T) {
 		if string(r.Key) != "asset-1" || string(r.Value) != `{"a": 1}` {
 			t.Errorf("key %q value %q", r.Key, r.Value)
 		}
-		// The record can be read back before its ack is marked (the mark is
-		// written while the next batch is claimed): wait for the mark.
+		// The record can be read back before its lane's position is saved:
+		// wait for it.
 		b.waitAllSent(1, 20*time.Second)
-		row := b.row(id)
-		var part int32
-		var off int64
-		if err := b.db.Pool.QueryRow(ctx, `SELECT kafka_partition, kafka_offset FROM bridge.outbox WHERE id = $1`, id).Scan(&part, &off); err != nil {
-			t.Fatal(err)
-		}
-		if part != r.Partition || off != r.Offset || row.Status != "SENT" {
-			t.Errorf("row records partition %d offset %d, Kafka has %d/%d", part, off, r.Partition, r.Offset)
+		if row := b.row(id); row.Status != "SENT" {
+			t.Errorf("row %+v not SENT once its record is in Kafka", row)
 		}
 	})
 }
@@ -699,55 +700,6 @@ func TestGracefulShutdownMarksWhatWasProduced(t *testing.T) {
 			t.Fatalf("Kafka holds %d (then %d) records, %d rows SENT: produced rows were left unmarked", len(recs), len(extra), c["SENT"])
 		}
 	})
-}
-
-// Retention deletes SENT rows older than RELAY_RETENTION, in bounded batches,
-// and never touches NEW or FAILED rows or recent SENT ones.
-func TestRetentionDeletesOnlyOldSentRows(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	ctx := context.Background()
-	var evs []outbox.Event
-	for i := range 12000 {
-		evs = append(evs, outbox.Event{Topic: "t", AssetID: fmt.Sprintf("a-%d", i%10), EventType: "e", Payload: payload(i)})
-	}
-	b.enqueue(evs...)
-	// 11,000 old SENT rows (more than one 5,000-row batch), 500 recent SENT,
-	// 250 FAILED long ago, 250 NEW long ago.
-	if _, err := b.db.Pool.Exec(ctx, `
-WITH r AS (SELECT id, row_number() OVER (ORDER BY seq) n FROM bridge.outbox)
-UPDATE bridge.outbox o SET
-  status = CASE WHEN r.n <= 11500 THEN 'SENT' WHEN r.n <= 11750 THEN 'FAILED' ELSE 'NEW' END,
-  sent_at = CASE WHEN r.n <= 11000 THEN now() - interval '2 days' WHEN r.n <= 11500 THEN now() END,
-  failed_at = CASE WHEN r.n > 11500 AND r.n <= 11750 THEN now() - interval '2 days' END,
-  created_at = now() - interval '3 days'
-FROM r WHERE o.id = r.id`); err != nil {
-		t.Fatal(err)
-	}
-	// Another replica's prune (or an operator's replay) holds the oldest row:
-	// this prune passes it by instead of waiting for it.
-	holder, err := b.db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `SELECT id FROM bridge.outbox WHERE status = 'SENT' ORDER BY sent_at LIMIT 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	n, err := DeleteSent(ctx, b.db.Pool, 24*time.Hour)
-	if err != nil || n != 10999 {
-		t.Fatalf("DeleteSent beside a locked row = %d, %v; want 10999 (every old SENT row but the locked one)", n, err)
-	}
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := DeleteSent(ctx, b.db.Pool, 24*time.Hour); err != nil || n != 1 {
-		t.Fatalf("DeleteSent after the lock went = %d, %v; want 1", n, err)
-	}
-	c := b.countStatus()
-	if c["SENT"] != 500 || c["FAILED"] != 250 || c["NEW"] != 250 {
-		t.Fatalf("left %v, want 500 recent SENT, 250 FAILED, 250 NEW", c)
-	}
 }
 
 // 14. The claim starts at the lowest seq it knows to be NEW, not at 0 (see

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"os"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/database"
-	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/service"
 )
 
@@ -32,16 +28,13 @@ type Relay struct {
 	tracer trace.Tracer
 	log    *slog.Logger
 
-	// cursor, floor, floorLanes and lastFloorScan are where the claim starts
-	// (see claimSQL); only the relay loop touches them. lowered is the
-	// lowest floor the notifications asked for since the last claim
-	// (math.MaxInt64: none); the listener writes it.
-	cursor        int64
-	floor         int64
-	floorLanes    []int
-	lastFloorScan time.Time
-	floorRaisedAt time.Time
-	lowered       atomic.Int64
+	// groups are the owned lanes by position, with the batch each is
+	// reading; known is the last asset_seq produced per asset; savedAt is
+	// when positions were last handed to a settlement. Only the relay loop
+	// touches them.
+	groups  []*laneGroup
+	known   map[string]int64
+	savedAt time.Time
 	// wake tells the writers whether this relay needs their notifications.
 	wake *wakeState
 	// fenceWarned: when the claim last warned that the leases were late.
@@ -52,17 +45,6 @@ type Relay struct {
 	// noChargeUntil: retriable failures before this time (just after an
 	// outage) are retried without charging the rows.
 	noChargeUntil time.Time
-
-	// statsWanted asks refreshStats to check the outbox's planner
-	// statistics (a claim found a backlog); statsCheckedAt is when it last
-	// did (refreshStats only).
-	statsWanted    chan struct{}
-	statsCheckedAt time.Time
-	statsWarned    bool
-	// freshPlans: claims are planned on each execution (see
-	// outboxstore.Claim) — until refreshStats has seen statistics that
-	// describe a table of freshPlansBelow rows or more.
-	freshPlans atomic.Bool
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
@@ -83,12 +65,9 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		lanes:  newLaneKeeper(pool, cfg.MemberID, host, cfg.LeaseTimeout, cfg.Logger),
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
-
-		statsWanted: make(chan struct{}, 1),
+		known:  map[string]int64{},
 	}
 	r.wake = newWakeState(pool, cfg.Logger, min(cfg.PollInterval, wakeGateTimeout))
-	r.lowered.Store(math.MaxInt64)
-	r.freshPlans.Store(true)
 	return r
 }
 
@@ -120,12 +99,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	wg.Add(5)
-	go func() { defer wg.Done(); r.refreshStats(bgCtx) }()
+	wg.Add(4)
 	go func() { defer wg.Done(); r.keepLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listenLanes(bgCtx) }()
 	go func() { defer wg.Done(); r.listen(bgCtx, wake) }()
-	go func() { defer wg.Done(); r.retain(bgCtx) }()
+	go func() {
+		defer wg.Done()
+		(&Rotation{Pool: r.pool, Retention: r.cfg.Retention, Logger: r.log}).Run(bgCtx)
+	}()
 
 	r.log.InfoContext(ctx, "relay started", "member", r.cfg.MemberID, "lanes", len(r.lanes.Owned()), "batch_size", r.cfg.BatchSize)
 	poll := time.NewTimer(0)
@@ -134,24 +115,30 @@ func (r *Relay) Run(ctx context.Context) error {
 	// produced, their acks are awaited and marked even during shutdown.
 	work := context.WithoutCancel(ctx)
 	var inflight *settlement
-	var idleFrom time.Time // when the loop began waiting for work (zero: it did not)
+	var failedOutcomes bool // a settlement could not be written: the next one saves no position
+	var idleFrom time.Time  // when the loop began waiting for work (zero: it did not)
 	settle := func() {
 		if inflight == nil {
 			return
 		}
 		<-inflight.done
 		if inflight.err != nil {
-			// The rows stay NEW and go out again with the same dedup-id: at
-			// least once, never lost.
+			// The lanes read the batch again from before it, and what went
+			// out goes out again with the same dedup-id: at least once,
+			// never lost.
 			r.log.ErrorContext(ctx, "record relay outcomes", "error", inflight.err)
+			r.restore(inflight.before)
+			failedOutcomes = true
 		}
 		inflight = nil
 	}
 	defer settle()
 	for {
 		if r.lanes.hasSurplus() {
-			// Lanes change hands only with nothing of theirs in flight.
+			// Lanes change hands only with nothing of theirs in flight, at
+			// the position this replica reached.
 			settle()
+			r.savePositionsNow(ctx)
 			r.lanes.releaseSurplus(ctx)
 		}
 		owned := r.lanes.Owned()
@@ -171,6 +158,12 @@ func (r *Relay) Run(ctx context.Context) error {
 					Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
 			}
 			idleFrom = time.Time{}
+			if next != nil && failedOutcomes {
+				// It was read past what the failed settlement left
+				// unwritten: its outcomes stand, its positions do not.
+				next.save = nil
+				failedOutcomes = false
+			}
 			if next != nil {
 				inflight = next
 				go func(s *settlement) {
@@ -251,12 +244,25 @@ const busyFromRows = 16
 // says to claim again; it returns false when ctx is done. A settlement that
 // finishes meanwhile is collected (settle) without a claim.
 func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, inflight **settlement, settle func()) bool {
+	// Positions not saved yet are saved while the relay waits, at most
+	// positionEvery after the last save (an idle relay's lanes show their
+	// events as passed, and a restart reads nothing again).
+	var saveDue <-chan time.Time
+	if r.unsavedPositions() {
+		t := time.NewTimer(max(positionEvery-time.Since(r.savedAt), 0))
+		defer t.Stop()
+		saveDue = t.C
+	}
 	for {
 		var written <-chan struct{} // nil (never ready) with nothing in flight
 		if *inflight != nil {
 			written = (*inflight).done
 		}
 		select {
+		case <-saveDue:
+			saveDue = nil
+			settle()
+			r.savePositionsNow(ctx)
 		case <-ctx.Done():
 			return false
 		case <-wake:
@@ -278,6 +284,7 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 	r.wake.close()
 	ctx, cancel := context.WithTimeout(context.Background(), database.QueryTimeout)
 	defer cancel()
+	r.savePositionsNow(ctx)
 	r.lanes.releaseAll(ctx)
 	r.log.InfoContext(ctx, "relay stopped", "member", r.cfg.MemberID)
 	return nil
@@ -304,142 +311,10 @@ func (r *Relay) listenLanes(ctx context.Context) {
 // commit), so an event is produced within milliseconds of its commit; the
 // poll interval is only the fallback when the listener is reconnecting.
 //
-// The payload is the lowest seq that became NEW (migration 00090): a
-// transaction that took its seq before the claim's floor passed it and
-// committed after, or a replay. It lowers the floor, or the row would never
-// be claimed. A payload that is not a seq (an older trigger) and every
-// (re)connect — notifications sent while nobody listened are lost — lower
-// it to 0.
+// A notification only wakes the loop: what to read is the batch since the
+// lanes' position, whatever committed late.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	service.Listen(ctx, service.Listener{
-		Pool: r.pool, Channel: "bridge_outbox", Logger: r.log,
-		Connected: func() { r.lowerFloor(0) },
-		Notified: func(payload string) {
-			seq, err := strconv.ParseInt(payload, 10, 64)
-			if err != nil || seq < 1 {
-				seq = 1
-			}
-			r.lowerFloor(seq - 1)
-		},
-	}, wake)
-}
-
-// freshPlansBelow: while the statistics describe fewer rows than this (or
-// are stale), claims are planned on each execution: a generic plan made from
-// such statistics is the one that scans a burst once per asset.
-const freshPlansBelow = 10000
-
-// statsCheckEvery: how often at most a backlog makes refreshStats look at
-// the outbox's statistics (one catalog lookup).
-const statsCheckEvery = 10 * time.Second
-
-// wantStats asks refreshStats for a look at the statistics; called by the
-// claim when it found a backlog (a full batch). Never blocks.
-func (r *Relay) wantStats() {
-	select {
-	case r.statsWanted <- struct{}{}:
-	default:
-	}
-}
-
-// refreshStats looks at bridge.outbox's statistics every statsCheckEvery
-// (one catalog lookup), and sooner when a claim asks; it decides whether
-// claims are planned on each execution, and ANALYZEs bridge.outbox when a backlog meets statistics that
-// no longer describe the table (see outboxstore's stats.go): a burst into a
-// table analyzed while idle got ~200 ms claims, for up to a minute, until
-// autovacuum's next round. Off the relay loop: the loop goes on claiming
-// meanwhile, and the claims are replanned once the statistics change.
-func (r *Relay) refreshStats(ctx context.Context) {
-	tick := time.NewTicker(statsCheckEvery)
-	defer tick.Stop()
-	for {
-		// asked: a claim found a backlog or was slow. Only then may the
-		// check ANALYZE. Streaming without a backlog, every event counts
-		// twice in n_mod_since_analyze (its insert and its mark), so the
-		// statistics go "stale" every 15–60 s at 1,000 events/s: a
-		// periodic ANALYZE then costs a core for most of a second, in the
-		// middle of a latency run, for claims of a handful of rows whose
-		// plan does not depend on them. Autovacuum's analyze keeps them
-		// current meanwhile (a minute at most on this table's settings).
-		asked := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.statsWanted:
-			if time.Since(r.statsCheckedAt) < statsCheckEvery {
-				continue
-			}
-			asked = true
-		case <-tick.C:
-		}
-		r.statsCheckedAt = time.Now()
-		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-		st, err := outboxstore.ReadOutboxStats(qctx, r.pool)
-		if err == nil {
-			r.planFreshWhile(st, asked)
-		}
-		switch {
-		case err != nil:
-			if !service.Stopping(ctx, err) {
-				r.log.WarnContext(ctx, "check bridge.outbox statistics", "error", err)
-			}
-		case !st.Stale, !asked:
-		case !st.CanAnalyze:
-			if !r.statsWarned {
-				r.statsWarned = true
-				r.log.WarnContext(ctx, "bridge.outbox's planner statistics are stale and this role may not ANALYZE it: claims may be slow until autovacuum analyzes it (ANALYZE bridge.outbox as its owner, or lower its autovacuum_analyze_scale_factor)",
-					"rows_in_statistics", st.Rows)
-			}
-		default:
-			// Several replicas meet a backlog at once: one of them
-			// analyzes, the others wait for it and find the statistics
-			// fresh (see AnalyzeOutboxIfStale).
-			started := time.Now()
-			analyzed, err := outboxstore.AnalyzeOutboxIfStale(qctx, r.pool)
-			if err != nil {
-				if !service.Stopping(ctx, err) {
-					r.log.WarnContext(ctx, "refresh stale bridge.outbox statistics", "error", err)
-				}
-				break
-			}
-			if analyzed {
-				r.log.InfoContext(ctx, "analyzed bridge.outbox: its planner statistics no longer described the table",
-					"rows_in_old_statistics", st.Rows, "took", time.Since(started).Round(time.Millisecond))
-			}
-			if now, err := outboxstore.ReadOutboxStats(qctx, r.pool); err == nil {
-				r.planFreshWhile(now, true)
-			}
-		}
-		cancel()
-	}
-}
-
-// planFreshWhile decides, from the statistics just read, whether claims are
-// planned on each execution: while the statistics describe a small table, or
-// are stale while a backlog waits (backlog: a claim asked for the check), a
-// generic plan is the one that scans a burst once per asset. Stale
-// statistics of a large table without a backlog (streaming: nothing to
-// ANALYZE for, see refreshStats) keep the cached plan.
-func (r *Relay) planFreshWhile(st outboxstore.OutboxStats, backlog bool) {
-	r.freshPlans.Store((st.Stale && backlog) || st.Rows < freshPlansBelow)
-}
-
-// retain deletes SENT rows past the retention in bounded batches.
-func (r *Relay) retain(ctx context.Context) {
-	service.Every(ctx, service.Loop{Name: "outbox retention", Interval: min(max(r.cfg.Retention/10, time.Second), time.Minute), Logger: r.log},
-		func(ctx context.Context) error {
-			_, err := DeleteSent(ctx, r.pool, r.cfg.Retention)
-			return err
-		})
-}
-
-// DeleteSent deletes SENT rows older than retention, in batches of
-// outboxstore.DeleteSentChunk, and returns how many it removed.
-func DeleteSent(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
-	return service.PruneInBatches(ctx, service.Prune{Batch: outboxstore.DeleteSentChunk, Timeout: database.QueryTimeout},
-		func(ctx context.Context, limit int) (int64, error) {
-			return outboxstore.DeleteSentBatch(ctx, pool, retention, limit)
-		})
+	service.Listen(ctx, service.Listener{Pool: r.pool, Channel: "bridge_outbox", Logger: r.log}, wake)
 }
 
 // waitForBroker backs off while no broker answers, probing until one does.

@@ -21,77 +21,154 @@ import (
 // Settlement: the bookkeeping of a produced batch — marks, charges, parks —
 // written through outboxstore, fenced by the lane lease.
 
-// settlement is the bookkeeping of one produced batch: which rows to mark
-// SENT, park or charge. It is written while the next batch is claimed and
-// produced (the marks are the slowest step of a cycle), at most one at a time.
+// settlement is the bookkeeping of one produced batch: which held rows went
+// out, which rows to hold, park or charge, and the lanes' positions to save.
+// It is written while the next batch is read and produced, at most one at a
+// time, in order.
 type settlement struct {
+	// before is the read state before the batch was read: restored if the
+	// settlement cannot be written.
+	before    *checkpoint
 	rows      []*row
 	results   []sendResult
 	sent      []int
 	park      []int
 	charge    []int
 	oversized []int
-	// seqs of every row of the batch: they are still NEW until the
-	// settlement is written, so the next claim must skip them.
-	seqs []int64
+	// hold: log rows the claim held behind their asset's held rows.
+	hold []*row
 	// unsettled holds the assets with a failed row in the batch. Their hold
-	// (next_attempt_at) is not written yet, so the next batch must not carry
-	// their later rows.
+	// is not written yet, so the next batch must hold their later rows too.
 	unsettled map[string]bool
-	done      chan struct{}
-	err       error
-	took      time.Duration // writing it (valid once done is closed)
+	// save: lanes' positions to save once the outcomes are written (nil:
+	// none this time).
+	save []positionSave
+	done chan struct{}
+	err  error
+	took time.Duration // writing it (valid once done is closed)
 }
 
-// write records the outcomes. Marks are fenced by the lane lease.
+// write records the outcomes, then the positions. Every statement is fenced
+// by the lane lease. Every log row of the batch that did not go out is held
+// (copied into bridge.outbox_held): charged, parked, or uncharged behind its
+// asset's failing row; the position then moves past it.
 func (s *settlement) write(ctx context.Context, r *Relay) error {
-	if err := r.markSent(ctx, s.rows, s.sent, s.results); err != nil {
-		return err
-	}
-	if len(s.park)+len(s.oversized) > 0 {
-		reasons := map[int]string{}
-		for _, i := range s.park {
-			reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", s.rows[i].PayloadBytes, s.results[i].err)
+	o := outboxstore.Outcomes{MaxAttempts: r.cfg.MaxAttempts, Announce: r.announce()}
+	sent := map[int]bool{}
+	for _, i := range s.sent {
+		sent[i] = true
+		if s.rows[i].Held {
+			o.Sent = append(o.Sent, s.rows[i].ID)
 		}
-		for _, i := range s.oversized {
-			reasons[i] = tooLargeReason(s.rows[i], r.cfg.MaxMessageBytes)
+	}
+	for _, w := range s.hold {
+		o.Hold = append(o.Hold, w.ID)
+	}
+	for i, w := range s.rows {
+		if !sent[i] && !w.Held {
+			o.Hold = append(o.Hold, w.ID)
 		}
-		r.park(ctx, s.rows, append(slices.Clone(s.park), s.oversized...), func(i int) string { return reasons[i] })
 	}
-	if len(s.charge) > 0 {
-		return r.charge(ctx, s.rows, s.charge, s.results)
+	reasons := map[int]string{}
+	for _, i := range s.park {
+		reasons[i] = fmt.Sprintf("not retriable (record of %d bytes): %v", s.rows[i].PayloadBytes, s.results[i].err)
 	}
-	return nil
-}
-func tooLargeReason(w *row, limit int) string {
-	return fmt.Sprintf("payload is %d bytes, over RELAY_MAX_MESSAGE_BYTES=%d", w.PayloadBytes, limit)
-}
-
-func (r *Relay) markSent(ctx context.Context, rows []*row, idx []int, results []sendResult) error {
-	if len(idx) == 0 {
-		return nil
+	for _, i := range s.oversized {
+		reasons[i] = tooLargeReason(s.rows[i], r.cfg.MaxMessageBytes)
 	}
-	acks := make([]outboxstore.Ack, len(idx))
-	for j, i := range idx {
-		acks[j] = outboxstore.Ack{Seq: rows[i].Seq, Partition: results[i].partition, Offset: results[i].offset}
+	parks := append(slices.Clone(s.park), s.oversized...)
+	for _, i := range parks {
+		o.Parks = append(o.Parks, outboxstore.Park{ID: s.rows[i].ID, Reason: reasons[i]})
+	}
+	errOf := map[uuid.UUID]string{}
+	for _, i := range s.charge {
+		w := s.rows[i]
+		c := outboxstore.Charge{ID: w.ID, Err: s.results[i].err.Error(), DelayMs: r.backoff(w.Attempts + 1).Milliseconds()}
+		o.Charges = append(o.Charges, c)
+		errOf[w.ID] = c.Err
 	}
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
-	n, err := outboxstore.MarkSent(qctx, r.pool, r.cfg.MemberID, acks)
+	charged, err := outboxstore.WriteOutcomes(qctx, r.pool, r.cfg.MemberID, o)
 	if err != nil {
-		// The rows stay NEW and will be produced again with the same
-		// dedup-id: at least once, never lost.
 		return err
 	}
-	if n < int64(len(idx)) {
-		r.log.WarnContext(ctx, "lane lease lost while rows were in flight; another replica will mark them",
-			"acked", len(idx), "marked", n)
-	}
 	now := time.Now()
-	for _, i := range idx {
-		r.cfg.Metrics.Produced(rows[i].Topic, now.Sub(rows[i].CreatedAt))
+	for _, i := range s.sent {
+		r.cfg.Metrics.Produced(s.rows[i].Topic, now.Sub(s.rows[i].CreatedAt))
+	}
+	r.reportParked(ctx, s.rows, parks, reasons)
+	r.reportCharged(ctx, s.rows, s.charge, charged, errOf)
+	for _, p := range s.save {
+		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.lanes, p.pos); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// positionSave is a group's position to save.
+type positionSave struct {
+	lanes []int
+	pos   outboxstore.Position
+}
+
+// positionEvery: how often at most the relay saves its lanes' positions.
+// The position is its only write on the happy path (one row per lane); a
+// relay that stops without saving leaves its lanes to read at most this
+// much again (the same dedup-ids). Saved at once when lanes are released.
+const positionEvery = time.Second
+
+// positionsToSave returns the groups' positions to save with this cycle's
+// settlement, every positionEvery.
+func (r *Relay) positionsToSave() []positionSave {
+	if time.Since(r.savedAt) < positionEvery {
+		return nil
+	}
+	r.savedAt = time.Now()
+	return r.positionsNow()
+}
+
+// positionsNow returns every group's position.
+func (r *Relay) positionsNow() []positionSave {
+	var out []positionSave
+	for _, g := range r.groups {
+		if p := g.position(); p != g.saved {
+			out = append(out, positionSave{lanes: slices.Clone(g.lanes), pos: p})
+			g.saved = p
+		}
+	}
+	return out
+}
+
+// unsavedPositions says whether a group's position moved since it was last
+// handed to a save.
+func (r *Relay) unsavedPositions() bool {
+	for _, g := range r.groups {
+		if g.position() != g.saved {
+			return true
+		}
+	}
+	return false
+}
+
+// savePositionsNow saves every group's position (before lanes are released:
+// the next owner starts where this one stopped). Call it with nothing in
+// flight.
+func (r *Relay) savePositionsNow(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), database.QueryTimeout)
+	defer cancel()
+	r.savedAt = time.Now()
+	for _, p := range r.positionsNow() {
+		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.lanes, p.pos); err != nil {
+			r.log.WarnContext(ctx, "save lane positions", "error", err)
+			return
+		}
+	}
+}
+
+func tooLargeReason(w *row, limit int) string {
+	return fmt.Sprintf("payload is %d bytes, over RELAY_MAX_MESSAGE_BYTES=%d", w.PayloadBytes, limit)
 }
 
 // backoff returns the delay before the attempt after `attempts` failures:
@@ -101,23 +178,16 @@ func (r *Relay) backoff(attempts int) time.Duration {
 	return service.Backoff{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax, Jitter: 0.1}.Delay(attempts)
 }
 
-func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []sendResult) error {
-	charges := make([]outboxstore.Charge, len(idx))
+func (r *Relay) reportCharged(ctx context.Context, rows []*row, idx []int, charged []outboxstore.Charged, errOf map[uuid.UUID]string) {
 	byID := map[uuid.UUID]*row{}
-	errOf := map[uuid.UUID]string{}
-	for j, i := range idx {
-		w := rows[i]
-		charges[j] = outboxstore.Charge{ID: w.ID, Err: results[i].err.Error(), DelayMs: r.backoff(w.Attempts + 1).Milliseconds()}
-		byID[w.ID], errOf[w.ID] = w, charges[j].Err
-	}
-	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-	defer cancel()
-	charged, err := outboxstore.ChargeAttempts(qctx, r.pool, r.cfg.MemberID, charges, r.cfg.MaxAttempts, r.announce())
-	if err != nil {
-		return err
+	for _, i := range idx {
+		byID[rows[i].ID] = rows[i]
 	}
 	for _, c := range charged {
 		w := byID[c.ID]
+		if w == nil {
+			continue
+		}
 		r.cfg.Metrics.AttemptCharged(w.Topic)
 		lctx := tracing.ContextWithRemoteParent(ctx, w.Traceparent, w.Tracestate)
 		if c.Status == "FAILED" {
@@ -130,7 +200,6 @@ func (r *Relay) charge(ctx context.Context, rows []*row, idx []int, results []se
 				"dedup_id", c.ID, "topic", w.Topic, "asset_id", w.AssetKey(), "attempts", c.Attempts, "error", errOf[c.ID])
 		}
 	}
-	return nil
 }
 
 // announce is how a parked row is announced (OperationsTopic "": not).
@@ -142,26 +211,14 @@ func (r *Relay) announce() outboxstore.Announce {
 		AssetPrefix: contract.OperationsAssetForTopic(""), Skip: contract.OperationTypes()}
 }
 
-func (r *Relay) park(ctx context.Context, rows []*row, idx []int, reason func(i int) string) {
-	parks := make([]outboxstore.Park, len(idx))
-	reasons := make([]string, len(idx))
-	for j, i := range idx {
-		reasons[j] = reason(i)
-		parks[j] = outboxstore.Park{ID: rows[i].ID, Reason: reasons[j]}
-	}
-	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
-	defer cancel()
-	if err := outboxstore.ParkRows(qctx, r.pool, r.cfg.MemberID, parks, r.announce()); err != nil {
-		r.log.ErrorContext(ctx, "park outbox rows", "error", err)
-		return
-	}
-	for j, i := range idx {
+func (r *Relay) reportParked(ctx context.Context, rows []*row, idx []int, reasons map[int]string) {
+	for _, i := range idx {
 		w := rows[i]
 		lctx := tracing.ContextWithRemoteParent(ctx, w.Traceparent, w.Tracestate)
 		r.cfg.Metrics.Parked(w.Topic, "poison")
-		r.spanEvent(lctx, w, "outbox.parked", reasons[j])
+		r.spanEvent(lctx, w, "outbox.parked", reasons[i])
 		r.log.ErrorContext(lctx, "outbox row parked as FAILED: retrying cannot fix it",
-			"dedup_id", w.ID, "topic", w.Topic, "asset_id", w.AssetKey(), "reason", reasons[j])
+			"dedup_id", w.ID, "topic", w.Topic, "asset_id", w.AssetKey(), "reason", reasons[i])
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxbridge/bridge/internal/outboxstore"
 	"github.com/outboxbridge/bridge/internal/relay"
 	"github.com/outboxbridge/bridge/outbox"
 )
@@ -696,9 +697,8 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 var ErrShortOfRate = errors.New("offered rate not reached")
 
 func deadTuples(ctx context.Context, pool *pgxpool.Pool) int64 {
-	var n int64
-	_ = pool.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = 'bridge.outbox'::regclass`).Scan(&n)
-	return n
+	w, _ := outboxstore.TableWrites(ctx, pool)
+	return w.Dead
 }
 
 // slowAck: commit→ack above it is reported as part of an episode (the run's

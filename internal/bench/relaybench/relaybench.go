@@ -97,13 +97,15 @@ type Result struct {
 	// CeilingClaimMark is the one-statement claim+mark (claim NEW rows of
 	// the topic in seq order with SKIP LOCKED and mark them SENT, no
 	// payload returned, no lease or order check), measured on a backlog of
-	// the same size as the drain's in the same table: kept under this name
-	// so numbers compare across versions.
+	// the same size as the drain's in a table of rows with a send status —
+	// the outbox's shape before it became a log — in the same database:
+	// kept under this name so numbers compare across versions, and the
+	// reference a claim-and-mark design cannot pass.
 	CeilingClaimMark float64 `json:"ceiling_postgres_claim_mark_rows_per_second"`
-	// CeilingRelayStatements drains the same backlog size through the
-	// relay's own statements one after the other (fence, claim with
-	// payloads and the per-asset hold, predecessor check, fenced mark), with
-	// no Kafka: what the relay's bookkeeping costs the database.
+	// CeilingRelayStatements reads the same backlog size through the
+	// relay's own statements one after the other (fence, batch pages with
+	// payloads, the held rows' check, predecessor check, position save),
+	// with no Kafka: what the relay's bookkeeping costs the database.
 	CeilingRelayStatements float64 `json:"ceiling_postgres_relay_statements_rows_per_second"`
 	CeilingProduce         float64 `json:"ceiling_kafka_produce_records_per_second"`
 	// ClaimP50Ms/ClaimP99Ms are the relay's claim statement during the drain.
@@ -116,6 +118,13 @@ type Result struct {
 	// which must be 0.
 	Verified        int `json:"verified_records"`
 	OrderViolations int `json:"order_violations"`
+	// The outbox tables' row writes over the drain, from
+	// pg_stat_user_tables (read once the relays' counters are flushed):
+	// UPDATEs and DELETEs per drained event, and the dead tuples left at
+	// its end.
+	OutboxUpdatesPerEvent float64 `json:"outbox_updates_per_event"`
+	OutboxDeletesPerEvent float64 `json:"outbox_deletes_per_event"`
+	OutboxDeadTuples      int64   `json:"outbox_dead_tuples"`
 }
 
 // acks counts the broker's acknowledgements the relay's clients receive, per
@@ -243,13 +252,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		if err := fill(); err != nil {
 			return nil, err
 		}
-		if _, err := pool.Exec(ctx, `ANALYZE bridge.outbox`); err != nil {
+		if err := outboxstore.BenchAnalyze(ctx, pool); err != nil {
 			return nil, err
 		}
 	}
 
 	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
 	heap := bench.WatchHeap(20 * time.Millisecond)
+	writesBefore, err := settledWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 
 	progress(fmt.Sprintf("draining with %d relay replica(s)", o.Replicas))
 	claims := &durations{}
@@ -301,13 +314,30 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 		}
 		start = time.Now() // the rows became visible at the fill's commit
 	}
-	if err := waitDrained(ctx, pool, topic, hook, int64(o.Events)); err != nil {
+	if err := waitAcked(ctx, hook, int64(o.Events)); err != nil {
 		return nil, err
 	}
+	// Drained once the broker acknowledged every event; the lanes' positions
+	// are saved within a second after (waitDrained).
 	res.DrainSeconds = time.Since(start).Seconds()
+	if err := waitDrained(ctx, pool, topic, nil, 0); err != nil {
+		return nil, err
+	}
 	res.DrainRate = float64(o.Events) / res.DrainSeconds
 	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs = claims.percentiles()
+	writesAfter, err := settledWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if o.RelaysFirst {
+		// The fill ran after the first reading: its own writes are not the drain's.
+		writesAfter.Inserts -= int64(o.Events)
+	}
+	drained := writesAfter.Sub(writesBefore)
+	res.OutboxUpdatesPerEvent = float64(drained.Updates) / float64(o.Events)
+	res.OutboxDeletesPerEvent = float64(drained.Deletes) / float64(o.Events)
+	res.OutboxDeadTuples = drained.Dead
 
 	progress("reading the topic back to verify per-key order")
 	if res.Verified, res.OrderViolations, err = verifyOrder(ctx, kafkaOpts, topic, o.Events); err != nil {
@@ -333,6 +363,33 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	res.ProduceRequests, res.ProduceRequestP50Ms, res.ProduceRequestP99Ms, res.ProduceRequestMaxMs = lat.produceRequests()
 	_ = outboxstore.DeleteTopic(context.WithoutCancel(ctx), pool, topic)
 	return res, nil
+}
+
+// settledWrites reads the outbox tables' row counters once every backend
+// has flushed its own (each does so at most once a second, when idle): two
+// equal readings 1.2 s apart, or the last one after 6 s.
+func settledWrites(ctx context.Context, pool *pgxpool.Pool) (outboxstore.Writes, error) {
+	last, err := outboxstore.TableWrites(ctx, pool)
+	if err != nil {
+		return last, err
+	}
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(1200 * time.Millisecond):
+		}
+		now, err := outboxstore.TableWrites(ctx, pool)
+		if err != nil {
+			return now, err
+		}
+		if now == last {
+			return now, nil
+		}
+		last = now
+	}
+	return last, nil
 }
 
 // waitLanesSpread waits until the relays hold every lane between them, each
@@ -378,14 +435,8 @@ func replicaPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error)
 // asked only at the end and at most every 50 ms: polling it throughout would
 // compete with the relay it measures.
 func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string, hook *acks, want int64) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for hook != nil && hook.n.Load() < want {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+	if err := waitAcked(ctx, hook, want); err != nil {
+		return err
 	}
 	for {
 		n, err := outboxstore.BenchCountNew(ctx, pool, topic)
@@ -403,14 +454,29 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, topic string, hook *ac
 	}
 }
 
+// waitAcked waits until the relays' clients saw want acknowledgements (nil
+// hook: at once).
+func waitAcked(ctx context.Context, hook *acks, want int64) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for hook != nil && hook.n.Load() < want {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // claimMarkCeiling measures the one-statement claim+mark (see
 // Result.CeilingClaimMark) on n fresh rows of a topic of their own.
 func claimMarkCeiling(ctx context.Context, pool *pgxpool.Pool, cfg relay.Config, n, assets, size int) (float64, error) {
 	topic := fmt.Sprintf("bridge-bench-ceiling-%d", time.Now().UnixNano())
-	if err := fillAnalyzed(ctx, pool, n, topic, assets, size); err != nil {
+	if err := outboxstore.BenchFillRowTable(ctx, pool, n, topic, assets, size); err != nil {
 		return 0, err
 	}
-	defer cleanUp(ctx, pool, topic)
+	defer func() { _ = outboxstore.BenchDropRowTable(context.WithoutCancel(ctx), pool) }()
 	start := time.Now()
 	done := int64(0)
 	for done < int64(n) {
@@ -440,7 +506,7 @@ func relayStatementsCeiling(ctx context.Context, pool *pgxpool.Pool, cfg relay.C
 		return 0, err
 	}
 	if marked != n {
-		return 0, fmt.Errorf("statement ceiling marked %d of %d rows", marked, n)
+		return 0, fmt.Errorf("statement ceiling read %d of %d rows", marked, n)
 	}
 	return float64(marked) / took.Seconds(), nil
 }
@@ -449,16 +515,13 @@ func fillAnalyzed(ctx context.Context, pool *pgxpool.Pool, n int, topic string, 
 	if err := outboxstore.BenchFill(ctx, pool, n, topic, assets, size); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, `ANALYZE bridge.outbox`)
-	return err
+	return outboxstore.BenchAnalyze(ctx, pool)
 }
 
-// cleanUp deletes a ceiling's rows and vacuums, so the next step starts on a
-// table without them.
-func cleanUp(ctx context.Context, pool *pgxpool.Pool, topic string) {
-	ctx = context.WithoutCancel(ctx)
-	_ = outboxstore.DeleteTopic(ctx, pool, topic)
-	_, _ = pool.Exec(ctx, `VACUUM (ANALYZE) bridge.outbox`)
+// cleanUp empties the log after a ceiling (the scratch database holds
+// nothing else yet), so the drain starts on empty tables.
+func cleanUp(ctx context.Context, pool *pgxpool.Pool, _ string) {
+	_ = outboxstore.BenchEmptyLog(context.WithoutCancel(ctx), pool)
 }
 
 // durations collects the claim's durations (safe for concurrent use).

@@ -37,6 +37,11 @@ func TestRunMeasuresAndVerifies(t *testing.T) {
 	if res.DrainRate <= 0 || res.CeilingClaimMark <= 0 || res.CeilingRelayStatements <= 0 || res.CeilingProduce <= 0 || res.ClaimP99Ms <= 0 {
 		t.Fatalf("missing measurements: %+v", res)
 	}
+	// The drain writes no event row: no UPDATE, no DELETE, no dead tuple
+	// (only the lanes' positions move).
+	if res.OutboxUpdatesPerEvent != 0 || res.OutboxDeletesPerEvent != 0 || res.OutboxDeadTuples != 0 {
+		t.Fatalf("outbox writes per event: %.2f updates, %.2f deletes, %d dead tuples", res.OutboxUpdatesPerEvent, res.OutboxDeletesPerEvent, res.OutboxDeadTuples)
+	}
 	if res.LatencyEvents != 400 || res.LatencyAchieved <= 0 || res.LatencyP99Ms <= 0 {
 		t.Fatalf("latency run: %d events matched (want 400), achieved %.0f/s, p99 %.1f ms", res.LatencyEvents, res.LatencyAchieved, res.LatencyP99Ms)
 	}

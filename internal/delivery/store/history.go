@@ -89,7 +89,7 @@ func checkSince(ctx context.Context, tx pgx.Tx, since time.Time) error {
 // replica copying another one's is skipped, not waited for.
 const pickHistorySQL = `
 SELECT s.id::text, s.event_types, coalesce(s.topic, ''), s.history_since,
-       coalesce(s.history_upto, (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('bridge.outbox', 'seq')), 0))),
+       coalesce(s.history_upto, (SELECT coalesce(pg_sequence_last_value('bridge.outbox_log_seq'), 0))),
        coalesce(s.history_asset, ''), coalesce(s.history_asset_seq, 0)
 FROM bridge.subscriptions s
 WHERE s.history_since IS NOT NULL AND s.history_done_at IS NULL
