@@ -67,7 +67,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
 	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
-	schemaKind := c.Flags().String("schema", "", "json: drain a governed topic (JSON Schema in SCHEMA_REGISTRY_URL, validated and framed) against an ungoverned one, --rounds times each, instead of the drain")
+	schemaKind := c.Flags().String("schema", "", "json or avro: drain a governed topic (a JSON Schema, validated and framed, or an Avro schema, the JSON payload written as Avro binary; in SCHEMA_REGISTRY_URL) against an ungoverned one, --rounds times each, instead of the drain")
 	rounds := c.Flags().Int("rounds", 3, "with --schema: governed/ungoverned drain pairs in the run")
 	holdXmin := c.Flags().Bool("hold-xmin", false, "with --sustain: hold a transaction open in another session for the whole run")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
@@ -90,11 +90,9 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			*conns = int32(cmp.Or(*writers, relaybench.SustainWriters)) + 16
 		}
 		switch *schemaKind {
-		case "", "json":
-		case "avro":
-			return UsageErrorf("--schema avro: the bridge validates and frames JSON Schema subjects only")
+		case "", "json", "avro":
 		default:
-			return UsageErrorf("--schema must be json, got %q", *schemaKind)
+			return UsageErrorf("--schema must be json or avro, got %q", *schemaKind)
 		}
 		if *schemaKind != "" && (*sustain > 0 || *rounds < 1) {
 			return UsageErrorf("--schema is a drain of its own: not with --sustain, and --rounds must be at least 1")
@@ -125,7 +123,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 				return &config.Error{Var: "SCHEMA_REGISTRY_URL", Problem: "is required by bench relay --schema"}
 			}
 			res, err := relaybench.SchemaDrain(ctx, pool, kopts, rc, reg, relaybench.SchemaOptions{
-				Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions, Rounds: *rounds,
+				Events: *events, Assets: *assets, PayloadBytes: *payloadBytes, Partitions: *partitions, Rounds: *rounds, Kind: *schemaKind,
 			}, progress)
 			if err != nil {
 				return err
@@ -136,7 +134,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 			return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, [][]string{
 				{"backlog per drain", fmt.Sprintf("%d events over %d assets, %d-byte payloads", res.Events, res.Assets, res.PayloadBytes)},
 				{"ungoverned drain", fmt.Sprintf("%.0f events/s (median; rounds %s)", res.UngovernedDrainRate, rates(res.UngovernedDrainRates))},
-				{"governed drain (JSON Schema)", fmt.Sprintf("%.0f events/s (median; rounds %s), schema id %d", res.GovernedDrainRate, rates(res.GovernedDrainRates), res.SchemaID)},
+				{"governed drain (" + map[string]string{"json": "JSON Schema", "avro": "Avro"}[res.Schema] + ")", fmt.Sprintf("%.0f events/s (median; rounds %s), schema id %d", res.GovernedDrainRate, rates(res.GovernedDrainRates), res.SchemaID)},
 				{"governed / ungoverned", fmt.Sprintf("%.0f%%", 100*res.GovernedRatio)},
 				{"ceiling: Kafka produce", fmt.Sprintf("%.0f records/s", res.CeilingProduce)},
 				{"value hook per event", fmt.Sprintf("ungoverned %.0f ns, governed %.0f ns", res.ValueUngovernedNs, res.ValueGovernedNs)},

@@ -62,7 +62,7 @@ within SCHEMA_REGISTRY_REFRESH, without a restart.`,
 		Args: cobra.ExactArgs(1),
 	}
 	file := c.Flags().String("file", "", "the schema document (- for standard input)")
-	typ := c.Flags().String("type", "JSON", "schema type: JSON (validated by the bridge), AVRO or PROTOBUF (registered only)")
+	typ := c.Flags().String("type", "JSON", "schema type: JSON or AVRO (validated by the bridge; AVRO payloads are written as Avro binary), PROTOBUF (registered only)")
 	compat := c.Flags().String("compatibility", "", "set the subject's compatibility level first")
 	runWithOutput(c, func(cmd *cobra.Command, args []string, out string) error {
 		if *file == "" {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/consumer"
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
@@ -239,6 +240,17 @@ func newSchemaRegistry(cfg *config.Config) (*schema.Registry, error) {
 	return schema.New(schema.Config{URL: cfg.Schemas.URL, RefreshInterval: cfg.Schemas.Refresh})
 }
 
+// valueDecoder reads schema-governed record values back to JSON for the
+// webhook stages: the registry when SCHEMA_REGISTRY_URL is set (an
+// Avro-governed topic needs it), nil otherwise.
+func valueDecoder(cfg *config.Config) (contract.ValueDecoder, error) {
+	reg, err := newSchemaRegistry(cfg)
+	if err != nil || reg == nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
 // newProducer builds the relay's Kafka client.
 func newProducer(cfg *config.Config, rc relay.Config) (*kgo.Client, error) {
 	opts, err := kafkaclient.Options(cfg.Kafka, nil)
@@ -258,6 +270,9 @@ func newConsumer(cfg *config.Config, rt *runtime) (*consumer.Consumer, error) {
 	cc := consumer.ConfigFromEnv(cfg.Consumer)
 	cc.Logger = rt.Logger
 	cc.TracerProvider = rt.TracerProvider
+	if cc.Values, err = valueDecoder(cfg); err != nil {
+		return nil, err
+	}
 	c, err := consumer.New(rt.Pool, kopts, cc)
 	if err != nil {
 		return nil, err
@@ -326,8 +341,13 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 	if err != nil {
 		return nil, err
 	}
+	values, err := valueDecoder(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return fastlane.New(rt.Pool, kopts, fastlane.Config{
-		Group: cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
+		Values: values,
+		Group:  cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
 		Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription, Timeout: dc.Timeout,
 		RetrySchedule: dc.RetrySchedule, AttemptRetention: dc.Retention, ShutdownGrace: dc.ShutdownGrace,
 		SessionTimeout: cfg.Consumer.SessionTimeout, RebalanceTimeout: cfg.Consumer.RebalanceTimeout,

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // Config configures a Consumer. Zero values take the defaults given. The
@@ -67,6 +68,10 @@ type Config struct {
 	// "<topic>.dlq" topic turns into a logged, retried error instead of a
 	// silent wait. Default 30s.
 	DeadLetterTimeout time.Duration
+	// Values turns a schema-governed record value into the JSON payload
+	// (SCHEMA_REGISTRY_URL: a *schema.Registry, which reads Avro back to
+	// JSON). Nil: the framing is stripped only (JSON Schema subjects).
+	Values contract.ValueDecoder
 	// TracerProvider starts the "process <topic>" spans. Nil:
 	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider

@@ -310,7 +310,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	evs := make([]*event, len(recs))
 	spans := make([]trace.Span, len(recs))
 	ctxs := make([]context.Context, len(recs))
-	parseRecord := parse
+	parseRecord := func(r *kgo.Record) *event { return parse(r, c.cfg.Values) }
 	if c.parse != nil {
 		parseRecord = c.parse
 	}

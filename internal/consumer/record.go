@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -35,8 +36,8 @@ type event struct {
 // parse reads r into ev with contract.Decode. A record that cannot become a
 // delivery gets a badReason instead (and only its identity fields are
 // meaningful).
-func parse(r *kgo.Record) *event {
-	m, err := contract.Decode(r)
+func parse(r *kgo.Record, values contract.ValueDecoder) *event {
+	m, err := contract.DecodeWith(context.Background(), r, values)
 	ev := &event{rec: r, createdAt: m.CreatedAt, dedupID: m.DedupID, traceparent: m.Traceparent, tracestate: m.Tracestate}
 	var de *contract.DecodeError
 	if errors.As(err, &de) {

@@ -3,6 +3,7 @@ package contract
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -185,6 +186,22 @@ func (e *DecodeError) Error() string { return e.Reason }
 // in a PostgreSQL text column must be valid UTF-8 without NUL bytes, and the
 // value valid JSON (it becomes a jsonb payload).
 func Decode(r *kgo.Record) (Message, error) {
+	return DecodeWith(context.Background(), r, nil)
+}
+
+// ValueDecoder turns a record value into its JSON payload: a
+// *schema.Registry, which reads an Avro-governed topic's binary back to JSON.
+type ValueDecoder interface {
+	DecodeValue(ctx context.Context, value []byte) ([]byte, error)
+}
+
+// DecodeWith is Decode with values turning the record value into the JSON
+// payload. With values nil a framed value loses its framing only, which
+// suits JSON Schema subjects; an Avro-framed value then is not JSON and the
+// record is dead-lettered, as it is when values cannot decode it (the
+// registry does not know the id, or cannot be reached: the dead letter keeps
+// the record for a replay).
+func DecodeWith(ctx context.Context, r *kgo.Record, values ValueDecoder) (Message, error) {
 	m := Message{CreatedAt: r.Timestamp}
 	var dedupID, eventType, assetSeq string
 	seen := make(map[string]bool, 8)
@@ -233,12 +250,20 @@ func Decode(r *kgo.Record) (Message, error) {
 	}
 	m.DedupID = cmp.Or(dedupID, fallbackDedupID(r))
 	// A governed topic's value carries the Confluent framing (magic byte 0,
-	// schema id) before the JSON: the delivery is the JSON, as for any topic
-	// (docs/contract.md, "Schema-governed topics"). JSON never starts with
-	// the byte 0, so an ungoverned value is never mistaken for a framed one.
+	// schema id) before the JSON or the Avro binary: the delivery is the
+	// JSON, as for any topic (docs/contract.md, "Schema-governed topics").
+	// JSON never starts with the byte 0, so an ungoverned value is never
+	// mistaken for a framed one.
 	value := r.Value
-	if _, p, ok := schema.Unframe(value); ok {
+	if id, p, ok := schema.Unframe(value); ok {
 		value = p
+		if values != nil {
+			js, err := values.DecodeValue(ctx, r.Value)
+			if err != nil {
+				return m, &DecodeError{fmt.Sprintf("value of schema id %d cannot be decoded: %v", id, err)}
+			}
+			value = js
+		}
 	}
 	switch {
 	case eventType == "":

@@ -27,6 +27,8 @@ var tableOwners = map[string]string{
 	"relay_lanes":          "internal/relay",
 	"relay_members":        "internal/relay",
 	"audit_log":            "internal/audit",
+	"delivery_parks":       "internal/delivery/store",
+	"webhook_attempts":     "internal/delivery/store",
 }
 
 var writeStatement = regexp.MustCompile(`(?i)\b(?:insert\s+into|update|delete\s+from)\s+bridge\.([a-z_]+)`)

@@ -89,8 +89,9 @@ FROM generate_series(1, $3) g`, sub.ID, size, assets); err != nil {
 	t.Logf("heap grew by %.1f MiB while delivering %d payloads of %d bytes with WEBHOOK_CLAIM_BYTES=%d", grew, subs*assets, size, budget)
 	// Held: the budget plus one payload per claim loop, each also rendered
 	// into its request and read from the wire once, plus garbage the GC has
-	// not collected yet — about 20 MiB. All 60 at once is over 110.
-	if grew > 48 {
+	// not collected yet, which under -race on a busy machine reaches about
+	// 50 MiB. All 60 at once is over 110, so 64 still tells the two apart.
+	if grew > 64 {
 		t.Fatalf("heap grew by %.1f MiB: claims must stop at WEBHOOK_CLAIM_BYTES (%d), not at the row count", grew, budget)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The log (migration 00200): bridge.outbox_log, four tables in rotation that
+// The log (migration 00230): bridge.outbox_log, four tables in rotation that
 // are only ever appended to, and each relay lane's position — the snapshot
 // of the last batch it passed (bridge.relay_positions). Every statement
 // over the log is here.

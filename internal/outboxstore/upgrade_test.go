@@ -13,7 +13,7 @@ import (
 	"github.com/outboxbridge/bridge/migrations"
 )
 
-// The upgrade to the log (migration 00200) keeps every unsent event: the old
+// The upgrade to the log (migration 00230) keeps every unsent event: the old
 // table's NEW rows become the log's first batch for every lane, in seq order
 // and with their ids, seqs and asset_seqs; charged and FAILED rows keep their
 // attempts in the held rows (with the NEW rows behind a charged one); SENT
@@ -28,7 +28,7 @@ func TestUpgradeMovesUnsentRowsIntoTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, 190); err != nil {
+	if _, err := p.UpTo(ctx, 220); err != nil {
 		t.Fatal(err)
 	}
 	exec := func(sql string, args ...any) {

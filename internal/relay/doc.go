@@ -1,6 +1,6 @@
 // Package relay moves committed outbox events to Kafka (`bridge relay`).
 //
-// The outbox is a log (migration 00200, docs/architecture.md "The outbox as
+// The outbox is a log (migration 00230, docs/architecture.md "The outbox as
 // a log"). Each cycle reads a page of its lane groups' batches — the events
 // visible in a newer snapshot and not in the lanes' position — and the held
 // rows that are due, produces them (key = asset id, Java-compatible murmur2

@@ -143,13 +143,13 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 // confluentRead reads n records of topic with confluent-kafka's
 // JSONDeserializer (testdata/confluent_read.py) and returns the values by
 // dedup id.
-func confluentRead(t *testing.T, bootstrap, topic, registryURL string, n int) map[string]any {
+func confluentRead(t *testing.T, bootstrap, topic, registryURL string, n int, format ...string) map[string]any {
 	t.Helper()
 	py := schematest.ConfluentPython(t)
 	script := filepath.Join(schematest.RepoRoot(t), "internal", "relay", "testdata", "confluent_read.py")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, script, bootstrap, topic, registryURL, fmt.Sprint(n), "60")
+	cmd := exec.CommandContext(ctx, py, append([]string{script, bootstrap, topic, registryURL, fmt.Sprint(n), "60"}, format...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -118,7 +118,7 @@ var (
 )
 
 // ConfluentPython returns a python3 with confluent-kafka (its
-// SchemaRegistryClient and JSONDeserializer) installed, in a virtualenv under
+// SchemaRegistryClient, JSONDeserializer and AvroDeserializer) installed, in a virtualenv under
 // ${OUTBOX_BRIDGE_CACHE:-$HOME/.cache/outbox-bridge}, made on first use with
 // pip from PyPI. Under CI=true a missing piece fails the test.
 func ConfluentPython(t testing.TB) string {
@@ -141,7 +141,7 @@ func confluentPython() (string, error) {
 	}
 	venv := filepath.Join(cache, "py-confluent-kafka-"+ConfluentPythonVersion)
 	py := filepath.Join(venv, "bin", "python")
-	check := exec.Command(py, "-c", "import confluent_kafka, jsonschema, httpx; from confluent_kafka.schema_registry.json_schema import JSONDeserializer; print(confluent_kafka.version()[0])")
+	check := exec.Command(py, "-c", "import confluent_kafka, jsonschema, httpx, fastavro; from confluent_kafka.schema_registry.json_schema import JSONDeserializer; from confluent_kafka.schema_registry.avro import AvroDeserializer; print(confluent_kafka.version()[0])")
 	if out, err := check.CombinedOutput(); err == nil && strings.TrimSpace(string(out)) == ConfluentPythonVersion {
 		return py, nil
 	}
@@ -151,12 +151,12 @@ func confluentPython() (string, error) {
 		return "", fmt.Errorf("python3 -m venv %s: %v\n%s", venv, err, out)
 	}
 	pip := exec.CommandContext(ctx, filepath.Join(venv, "bin", "pip"), "install", "-q",
-		"confluent-kafka[json,schemaregistry]=="+ConfluentPythonVersion)
+		"confluent-kafka[json,avro,schemaregistry]=="+ConfluentPythonVersion)
 	if out, err := pip.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("pip install confluent-kafka[json,schemaregistry]==%s: %v\n%s", ConfluentPythonVersion, err, tail(string(out), 3000))
+		return "", fmt.Errorf("pip install confluent-kafka[json,avro,schemaregistry]==%s: %v\n%s", ConfluentPythonVersion, err, tail(string(out), 3000))
 	}
-	if out, err := exec.Command(py, "-c", "from confluent_kafka.schema_registry.json_schema import JSONDeserializer").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("confluent-kafka installed but its JSONDeserializer does not import: %v\n%s", err, out)
+	if out, err := exec.Command(py, "-c", "from confluent_kafka.schema_registry.json_schema import JSONDeserializer; from confluent_kafka.schema_registry.avro import AvroDeserializer").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("confluent-kafka installed but its JSONDeserializer or AvroDeserializer does not import: %v\n%s", err, out)
 	}
 	return py, nil
 }

@@ -11,15 +11,17 @@
 //     parks a payload that does not validate as FAILED at its first try;
 //   - the Kafka record's value carries the Confluent wire format: byte 0 is
 //     the magic 0, bytes 1-4 the schema id (big-endian), then the JSON payload
-//     as stored.
+//     as stored (JSON Schema) or the payload written as Avro binary (Avro);
+//     Registry.DecodeValue reads either back to the JSON.
 //
 // Ungoverned topics are untouched: their cost is one cache look-up.
 //
 // The latest schema of each topic is cached and looked up again after
 // Config.RefreshInterval, so a schema registered while the bridge runs is in
-// force within that interval, without a restart. JSON Schema subjects are
-// supported; a subject of another type (AVRO, PROTOBUF) is refused with an
-// error saying so, never passed through unvalidated.
+// force within that interval, without a restart. JSON Schema and Avro
+// subjects are supported (an Avro subject's JSON payloads are written as
+// Avro binary, see avro.go); a subject of another type (PROTOBUF) is refused
+// with an error saying so, never passed through unvalidated.
 package schema
 
 import (
@@ -130,6 +132,7 @@ type compiled struct {
 	typ     sr.SchemaType
 	text    string
 	schema  *jsonschema.Schema // nil when typ is not JSON
+	avro    *avroCodec         // nil when typ is not AVRO
 	frame   []byte             // magic byte and id: the value's first 5 bytes
 }
 
@@ -182,6 +185,9 @@ func (r *Registry) Value(ctx context.Context, topic string, payload []byte) ([]b
 	if c == nil {
 		return payload, nil
 	}
+	if c.avro != nil {
+		return c.encodeAvro(topic, payload)
+	}
 	if err := c.validate(topic, payload); err != nil {
 		return nil, err
 	}
@@ -202,6 +208,44 @@ func Unframe(value []byte) (id int, payload []byte, ok bool) {
 		return 0, value, false
 	}
 	return id, rest, true
+}
+
+// DecodeValue is the JSON payload of a record value written by Value: the
+// value itself when it is not framed; the JSON after the framing for a JSON
+// Schema id; the Avro binary read back to JSON (docs/contract.md, "Avro
+// subjects") for an Avro schema id, looked up in the registry by id (and
+// cached: an id's schema never changes).
+func (r *Registry) DecodeValue(ctx context.Context, value []byte) ([]byte, error) {
+	id, payload, ok := Unframe(value)
+	if !ok {
+		return value, nil
+	}
+	c, err := r.byIDLookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.avro == nil {
+		return payload, nil
+	}
+	out, err := c.avro.decode(payload)
+	if err != nil {
+		return nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	return out, nil
+}
+
+func (r *Registry) byIDLookup(ctx context.Context, id int) (*compiled, error) {
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	s, err := r.client.SchemaByID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("schema registry %s: schema id %d: %w", r.cfg.URL, id, err)
+	}
+	return r.compile(sr.SubjectSchema{ID: id, Schema: s})
 }
 
 // Invalidate forgets the cached state of topic (all topics when topic is
@@ -299,6 +343,13 @@ func (r *Registry) compile(ss sr.SubjectSchema) (*compiled, error) {
 		}
 		c.schema = sch
 	}
+	if ss.Type == sr.TypeAvro {
+		ac, err := compileAvro(ss.Schema.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("schema %s version %d (id %d): %w", ss.Subject, ss.Version, ss.ID, err)
+		}
+		c.avro = ac
+	}
 	r.mu.Lock()
 	r.byID[ss.ID] = c
 	r.mu.Unlock()
@@ -330,9 +381,13 @@ func (c *compiled) violation(topic, path, rule, msg string) *ViolationError {
 }
 
 func (c *compiled) validate(topic string, payload []byte) error {
+	if c.avro != nil {
+		_, err := c.encodeAvro(topic, payload)
+		return err
+	}
 	if c.schema == nil {
 		return c.violation(topic, "", "schema-type",
-			fmt.Sprintf("the subject's schema type is %s; the bridge validates and frames JSON Schema subjects only", c.typ))
+			fmt.Sprintf("the subject's schema type is %s; the bridge validates and frames JSON Schema and Avro subjects only", c.typ))
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
@@ -352,6 +407,20 @@ func (c *compiled) validate(topic string, payload []byte) error {
 		path += "/" + strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1")
 	}
 	return c.violation(topic, path, strings.Join(leaf.ErrorKind.KeywordPath(), "/"), leaf.ErrorKind.LocalizedString(printer))
+}
+
+// encodeAvro is the framed Avro binary of the JSON payload, or a
+// *ViolationError naming the field that does not fit.
+func (c *compiled) encodeAvro(topic string, payload []byte) ([]byte, error) {
+	out, err := c.avro.encode(c.frame, payload)
+	if err != nil {
+		var ae *avroError
+		if errors.As(err, &ae) {
+			return nil, c.violation(topic, ae.path, ae.rule, ae.msg)
+		}
+		return nil, c.violation(topic, "", "avro", err.Error())
+	}
+	return out, nil
 }
 
 // firstLeaf is the first innermost cause: the failed rule itself, not the
@@ -384,6 +453,11 @@ func (r *Registry) Register(ctx context.Context, topic string, typ sr.SchemaType
 	subject := Subject(topic)
 	if typ == sr.TypeJSON {
 		if _, err := CompileJSONSchema(text); err != nil {
+			return sr.SubjectSchema{}, fmt.Errorf("%s: %w", subject, err)
+		}
+	}
+	if typ == sr.TypeAvro {
+		if _, err := compileAvro(text); err != nil {
 			return sr.SubjectSchema{}, fmt.Errorf("%s: %w", subject, err)
 		}
 	}

@@ -187,12 +187,12 @@ func TestUnsupportedSchemaTypeRefused(t *testing.T) {
 	ctx := context.Background()
 	reg := newRegistry(t, time.Second)
 	topic := schematest.Topic(t)
-	if _, err := reg.Register(ctx, topic, sr.TypeAvro, `{"type":"record","name":"Order","fields":[{"name":"id","type":"string"}]}`, ""); err != nil {
+	if _, err := reg.Register(ctx, topic, sr.TypeProtobuf, "syntax = \"proto3\";\nmessage Order { string id = 1; }\n", ""); err != nil {
 		t.Fatal(err)
 	}
 	_, err := reg.Value(ctx, topic, []byte(`{"id":"o-1"}`))
-	if !errors.Is(err, schema.ErrViolation) || !strings.Contains(err.Error(), `rule "schema-type"`) || !strings.Contains(err.Error(), "AVRO") {
-		t.Fatalf("err = %v, want a schema-type violation naming AVRO", err)
+	if !errors.Is(err, schema.ErrViolation) || !strings.Contains(err.Error(), `rule "schema-type"`) || !strings.Contains(err.Error(), "PROTOBUF") {
+		t.Fatalf("err = %v, want a schema-type violation naming PROTOBUF", err)
 	}
 }
 

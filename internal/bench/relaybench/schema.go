@@ -24,6 +24,9 @@ type SchemaOptions struct {
 	PayloadBytes int // default 300
 	Partitions   int32
 	Rounds       int // ungoverned+governed pairs; default 3
+	// Kind is the governed topic's schema type: "json" (default) or "avro"
+	// (the JSON payload written as Avro binary).
+	Kind string
 }
 
 // SchemaResult is the drain rate of a governed topic against an ungoverned
@@ -57,8 +60,20 @@ type SchemaResult struct {
 // JSON Schema by its $schema (or an object's properties), so it names it.
 const benchSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"BenchPayload","type":"string","pattern":"^x*$","maxLength":1000000}`
 
+// benchAvroSchema is the Avro schema of the same payload: a string, written
+// as Avro binary (its length, then its bytes).
+const benchAvroSchema = `{"type":"string"}`
+
+// benchSchemaOf is the schema type and text for kind ("json" or "avro").
+func benchSchemaOf(kind string) (sr.SchemaType, string) {
+	if kind == "avro" {
+		return sr.TypeAvro, benchAvroSchema
+	}
+	return sr.TypeJSON, benchSchema
+}
+
 // SchemaDrain drains the same backlog from an ungoverned topic and from a
-// governed one (JSON Schema, validated and framed by reg), round after round,
+// governed one (JSON Schema validated and framed, or Avro written as binary, by reg), round after round,
 // with the relay's value hook set for both (so the ungoverned drain pays the
 // registry look-up an ungoverned topic pays in production).
 func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay.Config, reg *schema.Registry, o SchemaOptions, progress func(string)) (*SchemaResult, error) {
@@ -71,7 +86,9 @@ func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, c
 	if progress == nil {
 		progress = func(string) {}
 	}
-	res := &SchemaResult{Schema: "json", Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes}
+	o.Kind = cmp.Or(o.Kind, "json")
+	schemaType, schemaText := benchSchemaOf(o.Kind)
+	res := &SchemaResult{Schema: o.Kind, Events: o.Events, Assets: o.Assets, PayloadBytes: o.PayloadBytes}
 	var topics []string
 	adm, closeAdmin, err := scratchTopicAdmin(ctx, kafkaOpts, &topics)
 	if err != nil {
@@ -116,7 +133,7 @@ func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, c
 			return 0, err
 		}
 		if governed {
-			ss, err := reg.Register(ctx, topic, sr.TypeJSON, benchSchema, "BACKWARD")
+			ss, err := reg.Register(ctx, topic, schemaType, schemaText, "BACKWARD")
 			if err != nil {
 				return 0, err
 			}
@@ -162,7 +179,7 @@ func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, c
 		if err != nil {
 			return nil, err
 		}
-		progress(fmt.Sprintf("round %d/%d: draining %d events from a governed topic (JSON Schema)", round, o.Rounds, o.Events))
+		progress(fmt.Sprintf("round %d/%d: draining %d events from a governed topic (%s schema)", round, o.Rounds, o.Events, o.Kind))
 		g, err := drain(true)
 		if err != nil {
 			return nil, err
@@ -177,7 +194,7 @@ func SchemaDrain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, c
 	// The hook's own cost per event, alone.
 	payload := append([]byte(`"`), append(bytesOf('x', max(o.PayloadBytes-2, 0)), '"')...)
 	plain, gov := topics[len(topics)-2], topics[len(topics)-1]
-	if _, err := reg.Register(ctx, gov, sr.TypeJSON, benchSchema, ""); err != nil {
+	if _, err := reg.Register(ctx, gov, schemaType, schemaText, ""); err != nil {
 		return nil, err
 	}
 	res.ValueUngovernedNs = perCall(ctx, reg, plain, payload)

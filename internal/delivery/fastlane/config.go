@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/logging"
@@ -65,6 +66,9 @@ type Config struct {
 	// SSRF block list.
 	Keys         *keyring.Ring
 	AllowedCIDRs []netip.Prefix
+	// Values turns a schema-governed record value into the JSON payload
+	// (see consumer.Config.Values). Nil: the framing is stripped only.
+	Values contract.ValueDecoder
 	// TracerProvider records the webhook requests' client spans.
 	TracerProvider trace.TracerProvider
 	Logger         *slog.Logger

@@ -353,7 +353,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 	if n := len(p.recs); n > 0 && r.Offset <= p.recs[n-1].rec.Offset {
 		return true // already held
 	}
-	msg, err := contract.Decode(r)
+	msg, err := contract.DecodeWith(context.Background(), r, l.cfg.Values)
 	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
 	l.buffered += rec.bytes
@@ -1135,7 +1135,7 @@ func (l *Lane) maintainPartitions(ctx context.Context) error {
 func (l *Lane) deadLetter(ctx context.Context, bad []*kgo.Record) {
 	reasons := make([]string, len(bad))
 	for i, r := range bad {
-		_, err := contract.Decode(r)
+		_, err := contract.DecodeWith(ctx, r, l.cfg.Values)
 		reasons[i] = err.Error()
 	}
 	err := service.Retry(ctx, service.Wait{Name: "produce dead letters", Logger: l.log, LogEvery: 10 * time.Second},

@@ -355,7 +355,7 @@ func attemptPartitionName(day time.Time) string {
 
 // attemptPartitionsLock serialises partition maintenance across replicas
 // (two CREATE … PARTITION OF for the same day would conflict).
-const attemptPartitionsLock = `SELECT pg_advisory_xact_lock(hashtext('bridge.webhook_attempts partitions'))`
+const attemptPartitionsLock = `SELECT pg_advisory_xact_lock(7411006)`
 
 // EnsureAttemptPartitions creates the day partitions of bridge.webhook_attempts
 // from yesterday to days ahead of now (UTC) that do not exist yet.

@@ -549,6 +549,6 @@ $fn$;
 -- +goose Down
 -- +goose StatementBegin
 DO $$ BEGIN
-  RAISE EXCEPTION 'migration 00200 (the outbox log) is not reversible: the log keeps no per-event send status to rebuild the old table from; restore a backup taken before it';
+  RAISE EXCEPTION 'migration 00230 (the outbox log) is not reversible: the log keeps no per-event send status to rebuild the old table from; restore a backup taken before it';
 END $$;
 -- +goose StatementEnd
