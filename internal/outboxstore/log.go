@@ -79,8 +79,14 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 // The batch is found by xid, never by a scan of what was passed: events of
 // transactions at or above $3's xmax (one range of outbox_log_xid), and
 // events of the transactions $3 saw in progress (point lookups), each
-// filtered to what $4 sees committed. A transaction that stays open long
-// lands in the batch after its commit, whatever seq its events drew: no
+// filtered to what $4 sees committed. The range's lower bound is one row
+// comparison, the later of ($3's xmax, 0) and the key ($5, $6): a btree
+// scan starts at the first row-comparison key it is given and does not
+// weigh it against a scalar bound on the same column, so a separate
+// "xid >= xmax" beside "(xid, seq) > (0, 0)" would start every batch at the
+// table's first row and walk its whole index (5 ms a page at 200,000 rows,
+// growing with the table until it rotates). A transaction that stays open
+// long lands in the batch after its commit, whatever seq its events drew: no
 // event is skipped and none is read twice, and a held snapshot (a report in
 // another session) costs nothing, as nothing here leaves dead tuples.
 //
@@ -117,8 +123,9 @@ cand AS (
      LIMIT $7)
     UNION ALL
     (SELECT l.* FROM bridge.outbox_log l
-     WHERE l.xid >= pg_snapshot_xmax($3::pg_snapshot) AND l.xid < pg_snapshot_xmax($4::pg_snapshot)
-       AND (l.xid, l.seq) > ($5::text::xid8, $6::bigint)
+     WHERE (l.xid, l.seq) > (greatest(pg_snapshot_xmax($3::pg_snapshot), $5::text::xid8),
+                             CASE WHEN $5::text::xid8 >= pg_snapshot_xmax($3::pg_snapshot) THEN $6::bigint ELSE 0 END)
+       AND l.xid < pg_snapshot_xmax($4::pg_snapshot)
        AND pg_visible_in_snapshot(l.xid, $4::pg_snapshot)
        AND l.lane = ANY($1::int[])
      ORDER BY l.xid, l.seq
