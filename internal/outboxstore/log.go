@@ -74,7 +74,9 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 
 // batchSQL reads the next page of the batch ($3, $4]: the events of lanes
 // $1 whose transactions are visible in snapshot $4 and not in $3, after the
-// key ($5, $6) in (xid, seq) order, at most $7 of them.
+// key ($5, $6) in (xid, seq) order, at most $7 of them. $4 NULL ends the
+// batch at the statement's own snapshot (in ReadCycle's transaction, the
+// snapshot it returns).
 //
 // The batch is found by xid, never by a scan of what was passed: events of
 // transactions at or above $3's xmax (one range of outbox_log_xid), and
@@ -117,7 +119,7 @@ cand AS (
     (SELECT l.* FROM bridge.outbox_log l
      WHERE l.xid = ANY(ARRAY(SELECT pg_snapshot_xip($3::pg_snapshot)))
        AND (l.xid, l.seq) > ($5::text::xid8, $6::bigint)
-       AND pg_visible_in_snapshot(l.xid, $4::pg_snapshot)
+       AND pg_visible_in_snapshot(l.xid, coalesce($4::pg_snapshot, pg_current_snapshot()))
        AND l.lane = ANY($1::int[])
      ORDER BY l.xid, l.seq
      LIMIT $7)
@@ -125,8 +127,8 @@ cand AS (
     (SELECT l.* FROM bridge.outbox_log l
      WHERE (l.xid, l.seq) > (greatest(pg_snapshot_xmax($3::pg_snapshot), $5::text::xid8),
                              CASE WHEN $5::text::xid8 >= pg_snapshot_xmax($3::pg_snapshot) THEN $6::bigint ELSE 0 END)
-       AND l.xid < pg_snapshot_xmax($4::pg_snapshot)
-       AND pg_visible_in_snapshot(l.xid, $4::pg_snapshot)
+       AND l.xid < pg_snapshot_xmax(coalesce($4::pg_snapshot, pg_current_snapshot()))
+       AND pg_visible_in_snapshot(l.xid, coalesce($4::pg_snapshot, pg_current_snapshot()))
        AND l.lane = ANY($1::int[])
      ORDER BY l.xid, l.seq
      LIMIT $7)
@@ -180,6 +182,7 @@ FROM marked p
 ORDER BY p.xid, p.seq`
 
 // BatchParams select a page of a lane group's batch.
+// (ReadCycle takes Member, Margin and MaxPayloadBytes from its CycleParams.)
 type BatchParams struct {
 	Member string        // the replica reading (bridge.relay_lanes.owner)
 	Lanes  []int         // lanes it reads for; all must still be held
@@ -196,43 +199,6 @@ type BatchParams struct {
 	// Known maps an asset key to the last asset_seq of it the relay
 	// produced: its successor needs no predecessor lookup.
 	Known map[string]int64
-}
-
-// genericPlanSQL makes the batch read sent after it in the same pgx batch
-// (one round trip, one implicit transaction, so the pooled session keeps its
-// setting) run on the prepared statement's generic plan. Planning the read
-// over the log's four tables took 4–7 ms against 1–2 ms of execution, on
-// every page, and PostgreSQL kept choosing a custom plan; the generic plan
-// walks the same indexes (the (xid, seq) index in key order, the asset
-// index for predecessors), whatever the parameters.
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-// ReadBatch returns the next page of the batch (see batchSQL) and whether
-// more of it is left.
-func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, error) {
-	keys := make([]string, 0, len(p.Known))
-	seqs := make([]int64, 0, len(p.Known))
-	for k, n := range p.Known {
-		keys, seqs = append(keys, k), append(seqs, n)
-	}
-	b := &pgx.Batch{}
-	b.Queue(genericPlanSQL)
-	b.Queue(batchSQL, p.Lanes, p.Member, p.Prev, p.Cur, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq,
-		p.Limit, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, keys, seqs)
-	br := db.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: plan it generically: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
-	if err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: %w", err)
-	}
-	return out, len(out) > 0 && out[0].More, nil
 }
 
 // heldDueSQL returns the held rows of lanes $1 that may go out now: for each
@@ -263,17 +229,111 @@ WHERE asset_seq = head_seq + n - 1
 ORDER BY seq
 LIMIT $4`
 
-// ReadHeldDue returns the held rows that may go out now (see heldDueSQL).
-func ReadHeldDue(ctx context.Context, db DB, member string, lanes []int, margin time.Duration, limit, maxPayloadBytes int) ([]*Claimed, error) {
-	rows, err := db.Query(ctx, heldDueSQL, lanes, member, Interval(margin), limit, maxPayloadBytes)
-	if err != nil {
-		return nil, fmt.Errorf("read held outbox rows: %w", err)
+// cycleStartSQL opens a relay cycle's read (see ReadCycle): the snapshot
+// that ends the batches it opens, and the generic plan for the statements
+// after it. Planning the batch read over the log's four tables took 4–7 ms
+// against 1–2 ms of execution, on every page, and PostgreSQL kept choosing
+// a custom plan; the generic plan walks the same indexes (the (xid, seq)
+// index from the batch's key, the asset index for predecessors), whatever
+// the parameters.
+const cycleStartSQL = `SELECT pg_current_snapshot()::text, set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// CycleParams select what one relay cycle reads.
+type CycleParams struct {
+	Member string        // the replica reading (bridge.relay_lanes.owner)
+	Lanes  []int         // every lane it holds: their held rows that are due
+	Margin time.Duration // lease that must be left on every lane
+	// HeldLimit bounds the held rows read (0: none are read).
+	HeldLimit       int
+	MaxPayloadBytes int // a larger payload is not returned (only its size)
+	// Batches: a page of each group's batch. A Cur of "" opens the batch:
+	// it ends at the cycle's snapshot (CycleRead.Snapshot).
+	Batches []BatchParams
+}
+
+// CycleRead is what one relay cycle read.
+type CycleRead struct {
+	// Snapshot ends every batch the read opened.
+	Snapshot string
+	// Held are the held rows that may go out now (see heldDueSQL).
+	Held []*Claimed
+	// Pages[i] is the page of Batches[i], More[i] whether more of that
+	// batch is left.
+	Pages [][]*Claimed
+	More  []bool
+}
+
+// ReadCycle reads everything a relay cycle produces in one round trip: a
+// snapshot, the held rows that are due and a page of each group's batch, in
+// one REPEATABLE READ transaction, so the snapshot it returns is the one
+// every statement of it saw and ends the batches it opened. Three round
+// trips (the snapshot, the held rows, the page) were most of a cycle's
+// database time at low rates, when a page holds a few rows.
+func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
+	out := CycleRead{Pages: make([][]*Claimed, len(p.Batches)), More: make([]bool, len(p.Batches))}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
+	b.Queue(cycleStartSQL)
+	if p.HeldLimit > 0 {
+		b.Queue(heldDueSQL, p.Lanes, p.Member, Interval(p.Margin), p.HeldLimit, p.MaxPayloadBytes)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
-	if err != nil {
-		return nil, fmt.Errorf("read held outbox rows: %w", err)
+	for _, g := range p.Batches {
+		keys := make([]string, 0, len(g.Known))
+		seqs := make([]int64, 0, len(g.Known))
+		for k, n := range g.Known {
+			keys, seqs = append(keys, k), append(seqs, n)
+		}
+		var cur *string
+		if g.Cur != "" {
+			cur = &g.Cur
+		}
+		b.Queue(batchSQL, g.Lanes, p.Member, g.Prev, cur, strconv.FormatInt(g.AfterXid, 10), g.AfterSeq,
+			g.Limit, Interval(p.Margin), p.MaxPayloadBytes, g.BatchBytes, keys, seqs)
+	}
+	b.Queue(`COMMIT`)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: begin: %w", err)
+	}
+	var plan string
+	if err := br.QueryRow().Scan(&out.Snapshot, &plan); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: take the snapshot: %w", err)
+	}
+	if p.HeldLimit > 0 {
+		rows, err := br.Query()
+		if err == nil {
+			out.Held, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+		}
+		if err != nil {
+			return out, fmt.Errorf("read held outbox rows: %w", err)
+		}
+	}
+	for i := range p.Batches {
+		rows, err := br.Query()
+		if err == nil {
+			out.Pages[i], err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+		}
+		if err != nil {
+			return out, fmt.Errorf("read an outbox batch: %w", err)
+		}
+		out.More[i] = len(out.Pages[i]) > 0 && out.Pages[i][0].More
+	}
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: commit: %w", err)
 	}
 	return out, nil
+}
+
+// ReadBatch returns the next page of one batch (see batchSQL) and whether
+// more of it is left.
+func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, error) {
+	r, err := ReadCycle(ctx, db, CycleParams{Member: p.Member, Lanes: p.Lanes, Margin: p.Margin,
+		MaxPayloadBytes: p.MaxPayloadBytes, Batches: []BatchParams{p}})
+	if err != nil {
+		return nil, false, err
+	}
+	return r.Pages[0], r.More[0], nil
 }
 
 // Position is where a lane is in the log: it passed every event snapshot

@@ -380,7 +380,7 @@ FROM generate_series(1, 60000) g`); err != nil {
 	defer conn.Release()
 	for _, q := range []string{
 		`SET plan_cache_mode = force_generic_plan`,
-		`PREPARE batch(int[], text, text, text, text, bigint, int, interval, int, int, text[], bigint[]) AS ` + batchSQL,
+		`PREPARE batch(int[], text, pg_snapshot, pg_snapshot, text, bigint, int, interval, int, int, text[], bigint[]) AS ` + batchSQL,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)

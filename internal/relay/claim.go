@@ -194,38 +194,40 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
 	}
 	started := time.Now()
-	held, err := outboxstore.ReadHeldDue(qctx, r.pool, r.cfg.MemberID, lanes, margin, r.cfg.BatchSize, r.cfg.MaxMessageBytes)
+	// One round trip: the held rows that are due and a page of each
+	// group's batch; a group with no batch open starts one that ends at
+	// the read's snapshot.
+	read := outboxstore.CycleParams{Member: r.cfg.MemberID, Lanes: lanes, Margin: margin,
+		HeldLimit: r.cfg.BatchSize, MaxPayloadBytes: r.cfg.MaxMessageBytes}
+	opened := make([]bool, len(r.groups))
+	for i, g := range r.groups {
+		if g.cur == "" {
+			g.rewind()
+			opened[i] = true
+		}
+		read.Batches = append(read.Batches, outboxstore.BatchParams{
+			Lanes: g.lanes, Prev: g.prev, Cur: g.cur, AfterXid: g.afterXid, AfterSeq: g.afterSeq,
+			Limit: r.cfg.BatchSize, BatchBytes: r.cfg.BatchBytes, Known: r.known,
+		})
+	}
+	res, err := outboxstore.ReadCycle(qctx, r.pool, read)
 	if err != nil {
 		return out, err
 	}
 	// A held row whose outcome is still being written is not sent twice.
 	inSettlement := inflight.ids()
 	// Nor does an asset whose held row failed in it go on meanwhile.
-	for _, w := range held {
+	for _, w := range res.Held {
 		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
 			out.rows = append(out.rows, w)
 		}
 	}
 
-	var cur string
-	for _, g := range r.groups {
-		if g.cur == "" {
-			if cur == "" {
-				if cur, err = outboxstore.CurrentSnapshot(qctx, r.pool); err != nil {
-					return out, err
-				}
-			}
-			g.cur = cur
-			g.rewind()
+	for i, g := range r.groups {
+		if opened[i] {
+			g.cur = res.Snapshot
 		}
-		page, more, err := outboxstore.ReadBatch(qctx, r.pool, outboxstore.BatchParams{
-			Member: r.cfg.MemberID, Lanes: g.lanes, Margin: margin, Prev: g.prev, Cur: g.cur,
-			AfterXid: g.afterXid, AfterSeq: g.afterSeq, Limit: r.cfg.BatchSize,
-			MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, Known: r.known,
-		})
-		if err != nil {
-			return out, err
-		}
+		page, more := res.Pages[i], res.More[i]
 		if n := len(page); n > 0 {
 			g.afterXid, g.afterSeq = page[n-1].Xid, page[n-1].Seq
 		}
