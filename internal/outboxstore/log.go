@@ -97,19 +97,18 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 // and draws its seq after, the earlier one; within a page rows are returned
 // by (xid, seq) and the relay orders each asset by asset_seq. Across pages,
 // (xid, seq) order is not commit order: a transaction that took its xid
-// before the asset's previous writer took the lock sorts before it. Such a
-// row has predecessor_pending set, and the relay keeps it until its
-// predecessor is read. Only the first row of an asset in a page that does
-// not directly follow a known predecessor ($11/$12: the last asset_seq the
-// relay produced per asset, joined by hash: a per-row probe of the array
-// cost rows × assets per page) costs a lookup.
+// before the asset's previous writer took the lock sorts before it.
+// ReadCycle flags such a row (predecessor_pending, see predecessorsSQL) and
+// the relay keeps it until its predecessor is read.
 //
 // The lanes must still be held (the fence with the margin $8): a relay
 // whose lease renewals stalled stops reading before another can take over.
 // A payload over $9 bytes comes back empty with its size (the relay parks
 // it without holding it); the page stops once the payloads reach $10 bytes
-// (the first row always comes). asset_held is set on rows of assets with
-// rows held in bridge.outbox_held (those rows wait behind them).
+// (the first row always comes). Every sort is by (xid, seq): what is
+// decided per asset (held assets, predecessors) is decided by ReadCycle
+// from the page, as sorting a page of 1,000 rows by asset key (text, under
+// the database's collation) twice cost more than reading it.
 const batchSQL = `
 WITH fence AS MATERIALIZED (
   SELECT $1::int[] <@ bridge.relay_fence($2, $8::interval) AS ok
@@ -146,39 +145,15 @@ running AS (
   SELECT b.*, sum(b.cost) OVER (ORDER BY b.xid, b.seq) AS spent FROM budget b
 ),
 page AS (
-  SELECT r.*, lag(r.asset_seq) OVER (PARTITION BY coalesce(r.asset_id, '') ORDER BY r.xid, r.seq) AS prev_in_page,
-         count(*) OVER () AS kept
-  FROM running r
-  WHERE r.spent - r.cost < $10
-),
-held AS MATERIALIZED (
-  SELECT DISTINCT coalesce(h.asset_id, '') AS asset_key
-  FROM bridge.outbox_held h
-  WHERE h.status = 'NEW' AND h.lane = ANY($1::int[])
-),
-known AS MATERIALIZED (
-  SELECT k.asset_key, k.asset_seq FROM unnest($11::text[], $12::bigint[]) AS k(asset_key, asset_seq)
-),
-marked AS (
-  SELECT p.*, hk.asset_key IS NOT NULL AS is_held, kk.asset_key IS NOT NULL AS pred_known
-  FROM page p
-  LEFT JOIN held hk ON hk.asset_key = coalesce(p.asset_id, '')
-  LEFT JOIN known kk ON kk.asset_key = coalesce(p.asset_id, '') AND kk.asset_seq = p.asset_seq - 1
+  SELECT r.*, count(*) OVER () AS kept FROM running r WHERE r.spent - r.cost < $10
 )
 SELECT p.id, p.seq, p.asset_seq, p.topic, p.asset_id, p.lane, p.event_type,
        CASE WHEN p.payload_bytes <= $9 THEN p.payload::text ELSE '' END AS payload, p.payload_bytes,
        p.headers, coalesce(p.traceparent, '') AS traceparent, coalesce(p.tracestate, '') AS tracestate,
        0 AS attempts, p.created_at, false AS replayed, p.xid::text::bigint AS xid, false AS held,
-       p.is_held AS asset_held,
-       (p.asset_seq > 1
-        AND p.prev_in_page IS DISTINCT FROM p.asset_seq - 1
-        AND NOT p.pred_known
-        AND EXISTS (SELECT 1 FROM bridge.outbox_log q
-                    WHERE coalesce(q.asset_id, '') = coalesce(p.asset_id, '') AND q.asset_seq = p.asset_seq - 1
-                      AND NOT pg_visible_in_snapshot(q.xid, $3::pg_snapshot)
-                      AND (q.xid, q.seq) > (p.xid, p.seq))) AS predecessor_pending,
+       false AS asset_held, false AS predecessor_pending,
        (p.claimable >= $7 OR p.kept < p.claimable) AS more
-FROM marked p
+FROM page p
 ORDER BY p.xid, p.seq`
 
 // BatchParams select a page of a lane group's batch.
@@ -197,7 +172,7 @@ type BatchParams struct {
 	MaxPayloadBytes    int // a larger payload is not returned (only its size)
 	BatchBytes         int // bounds the payload bytes one page returns
 	// Known maps an asset key to the last asset_seq of it the relay
-	// produced: its successor needs no predecessor lookup.
+	// produced: its successor needs no predecessor lookup (see markPages).
 	Known map[string]int64
 }
 
@@ -228,6 +203,26 @@ FROM due
 WHERE asset_seq = head_seq + n - 1
 ORDER BY seq
 LIMIT $4`
+
+// heldAssetsSQL lists the assets of lanes $1 with rows waiting in
+// bridge.outbox_held: a log row of one of them is held behind them, not
+// produced (Claimed.AssetHeld).
+const heldAssetsSQL = `
+SELECT DISTINCT coalesce(h.asset_id, '') FROM bridge.outbox_held h
+WHERE h.status = 'NEW' AND h.lane = ANY($1::int[])`
+
+// predecessorsSQL says which of the rows ($1 asset key, $2 asset_seq, $3
+// xid, $4 seq; numbered from 1 in that order) have their asset's previous
+// event in the batch after snapshot $5 but later in (xid, seq) order. Asked
+// only for a row whose predecessor is neither earlier in its page nor the
+// last event of its asset the relay produced (BatchParams.Known): after a
+// start or a lane takeover, not in the steady state.
+const predecessorsSQL = `
+SELECT k.i::int FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS k(asset_key, asset_seq, xid, seq, i)
+WHERE EXISTS (SELECT 1 FROM bridge.outbox_log q
+              WHERE coalesce(q.asset_id, '') = k.asset_key AND q.asset_seq = k.asset_seq - 1
+                AND NOT pg_visible_in_snapshot(q.xid, $5::pg_snapshot)
+                AND (q.xid, q.seq) > (k.xid::xid8, k.seq))`
 
 // cycleStartSQL opens a relay cycle's read (see ReadCycle): the snapshot
 // that ends the batches it opens, and the generic plan for the statements
@@ -278,18 +273,14 @@ func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
 		b.Queue(heldDueSQL, p.Lanes, p.Member, Interval(p.Margin), p.HeldLimit, p.MaxPayloadBytes)
 	}
 	for _, g := range p.Batches {
-		keys := make([]string, 0, len(g.Known))
-		seqs := make([]int64, 0, len(g.Known))
-		for k, n := range g.Known {
-			keys, seqs = append(keys, k), append(seqs, n)
-		}
 		var cur *string
 		if g.Cur != "" {
 			cur = &g.Cur
 		}
 		b.Queue(batchSQL, g.Lanes, p.Member, g.Prev, cur, strconv.FormatInt(g.AfterXid, 10), g.AfterSeq,
-			g.Limit, Interval(p.Margin), p.MaxPayloadBytes, g.BatchBytes, keys, seqs)
+			g.Limit, Interval(p.Margin), p.MaxPayloadBytes, g.BatchBytes)
 	}
+	b.Queue(heldAssetsSQL, p.Lanes)
 	b.Queue(`COMMIT`)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
@@ -319,10 +310,80 @@ func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
 		}
 		out.More[i] = len(out.Pages[i]) > 0 && out.Pages[i][0].More
 	}
+	rows, err := br.Query()
+	if err != nil {
+		return out, fmt.Errorf("read the held assets: %w", err)
+	}
+	heldAssets := map[string]bool{}
+	var k string
+	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { heldAssets[k] = true; return nil }); err != nil {
+		return out, fmt.Errorf("read the held assets: %w", err)
+	}
 	if _, err := br.Exec(); err != nil {
 		return out, fmt.Errorf("read an outbox cycle: commit: %w", err)
 	}
+	if err := br.Close(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: %w", err)
+	}
+	if err := markPages(ctx, db, p.Batches, out.Pages, heldAssets); err != nil {
+		return out, err
+	}
 	return out, nil
+}
+
+// markPages sets AssetHeld on the rows of held assets and
+// PredecessorPending on the rows whose predecessor comes later in their
+// batch (predecessorsSQL, asked only for the rows that need it).
+func markPages(ctx context.Context, db DB, batches []BatchParams, pages [][]*Claimed, heldAssets map[string]bool) error {
+	type ask struct {
+		w    *Claimed
+		prev string // the batch's start
+	}
+	var asks []ask
+	for i, page := range pages {
+		last := map[string]int64{} // the asset's previous row in the page
+		for _, w := range page {
+			k := w.AssetKey()
+			w.AssetHeld = heldAssets[k]
+			prev, inPage := last[k]
+			last[k] = w.AssetSeq
+			if w.AssetSeq <= 1 || (inPage && prev == w.AssetSeq-1) {
+				continue
+			}
+			if n, ok := batches[i].Known[k]; ok && n == w.AssetSeq-1 {
+				continue
+			}
+			asks = append(asks, ask{w: w, prev: batches[i].Prev})
+		}
+	}
+	// One statement per batch start (the groups of a cycle share one but
+	// for a lane just taken over).
+	for len(asks) > 0 {
+		prev := asks[0].prev
+		var these []*Claimed
+		var keys, xids []string
+		var assetSeqs, seqs []int64
+		rest := asks[:0]
+		for _, a := range asks {
+			if a.prev != prev {
+				rest = append(rest, a)
+				continue
+			}
+			these = append(these, a.w)
+			keys, assetSeqs = append(keys, a.w.AssetKey()), append(assetSeqs, a.w.AssetSeq)
+			xids, seqs = append(xids, strconv.FormatInt(a.w.Xid, 10)), append(seqs, a.w.Seq)
+		}
+		asks = rest
+		rows, err := db.Query(ctx, predecessorsSQL, keys, assetSeqs, xids, seqs, prev)
+		if err != nil {
+			return fmt.Errorf("check outbox rows' predecessors: %w", err)
+		}
+		var i int
+		if _, err := pgx.ForEachRow(rows, []any{&i}, func() error { these[i-1].PredecessorPending = true; return nil }); err != nil {
+			return fmt.Errorf("check outbox rows' predecessors: %w", err)
+		}
+	}
+	return nil
 }
 
 // ReadBatch returns the next page of one batch (see batchSQL) and whether
