@@ -274,3 +274,30 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values con
 	})
 	return res, err
 }
+
+// Source is where a fast-lane installation reads windows from: the event
+// topics the fast lane reads (CONSUMER_TOPICS) on the cluster of opts.
+// `bridge deliveries recover` and the admin API's recover build it from the
+// same settings (SourceFromConfig), so both read the same topics.
+type Source struct {
+	Opts   []kgo.Opt
+	Topics []string
+	// Values decodes record values (the schema registry); nil: JSON.
+	Values contract.ValueDecoder
+}
+
+// Recover queues the events of w that match sub (its event types and
+// topic) from the topics sub can receive; see Recover.
+func (s *Source) Recover(ctx context.Context, pool *pgxpool.Pool, sub *store.Subscription, w store.Window) (Result, error) {
+	var topics []string
+	for _, t := range s.Topics {
+		if sub.Topic == "" || sub.Topic == t {
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		return Result{}, nil // the fast lane never routes its topic to anyone
+	}
+	filter := contract.Filter{Enabled: true, EventTypes: sub.EventTypes, Topic: sub.Topic}
+	return Recover(ctx, pool, s.Opts, s.Values, sub.ID, filter, topics, w)
+}
