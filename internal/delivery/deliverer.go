@@ -175,7 +175,19 @@ func (d *Deliverer) Services() []Service {
 		NewReclaimer(d.store, ReclaimerConfig{Interval: d.cfg.ReclaimInterval, MaxAttempts: d.cfg.maxAttempts(),
 			Logger: d.log, Wake: d.poke}),
 		NewRetention(d.store, RetentionConfig{Retention: d.cfg.Retention, Interval: d.cfg.PruneInterval, Logger: d.log}),
-		NewHistoryCopier(d.store, HistoryCopierConfig{Interval: d.cfg.PollInterval, Logger: d.log, Wake: d.poke}),
+		NewHistoryCopier(d.store, HistoryCopierConfig{Interval: d.cfg.PollInterval, Logger: d.log, Wake: d.poke, Copy: d.historyCopy()}),
+	}
+}
+
+// historyCopy is the history copier's step: nil (from the outbox) unless
+// the history is read from Kafka.
+func (d *Deliverer) historyCopy() func(context.Context) (store.HistoryBatch, bool, error) {
+	src := d.cfg.HistoryFromKafka
+	if src == nil {
+		return nil
+	}
+	return func(ctx context.Context) (store.HistoryBatch, bool, error) {
+		return src.CopyHistory(ctx, d.pool, d.store, d.log)
 	}
 }
 

@@ -20,6 +20,12 @@ type HistoryCopierConfig struct {
 	Batch int
 	// MaxBatches a round, so shutdown is never kept waiting. Default 200.
 	MaxBatches int
+	// Copy is one round's step: it copies a batch of one subscription's
+	// history and says whether there was one (ok). Default: from the
+	// retained outbox rows (store.CopyHistory, Batch rows looked at); with
+	// the fast lane on, the deliverer reads the topics by time instead
+	// (kafkawindow.Source.CopyHistory).
+	Copy func(ctx context.Context) (b store.HistoryBatch, ok bool, err error)
 	// Wake is called when a subscription's history is complete (its
 	// deliveries may be claimed from then on). Default: nothing.
 	Wake func()
@@ -41,9 +47,10 @@ func (c HistoryCopierConfig) withDefaults() HistoryCopierConfig {
 }
 
 // HistoryCopier is the service that copies the history of subscriptions
-// created with --since into bridge.deliveries, a bounded batch per
-// transaction with its cursor (store.CopyHistory), so a crashed copy
-// resumes where its last batch committed.
+// created with --since into bridge.deliveries: from the outbox, a bounded
+// batch per transaction with its cursor (store.CopyHistory), so a crashed
+// copy resumes where its last batch committed; with the fast lane on, from
+// the topics by time (kafkawindow).
 type HistoryCopier struct {
 	cfg   HistoryCopierConfig
 	store *store.DeliveryStore
@@ -52,7 +59,12 @@ type HistoryCopier struct {
 // NewHistoryCopier returns a HistoryCopier on st; zero fields of cfg take
 // their defaults.
 func NewHistoryCopier(st *store.DeliveryStore, cfg HistoryCopierConfig) *HistoryCopier {
-	return &HistoryCopier{cfg: cfg.withDefaults(), store: st}
+	cfg = cfg.withDefaults()
+	if cfg.Copy == nil {
+		batch := cfg.Batch
+		cfg.Copy = func(ctx context.Context) (store.HistoryBatch, bool, error) { return st.CopyHistory(ctx, batch) }
+	}
+	return &HistoryCopier{cfg: cfg, store: st}
 }
 
 func (h *HistoryCopier) Name() string { return "subscription history" }
@@ -65,7 +77,7 @@ func (h *HistoryCopier) Run(ctx context.Context) {
 // RunOnce copies up to MaxBatches batches.
 func (h *HistoryCopier) RunOnce(ctx context.Context) error {
 	for range h.cfg.MaxBatches {
-		b, ok, err := h.store.CopyHistory(ctx, h.cfg.Batch)
+		b, ok, err := h.cfg.Copy(ctx)
 		if err != nil || !ok {
 			return err
 		}

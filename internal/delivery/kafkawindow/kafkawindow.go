@@ -284,6 +284,10 @@ type Source struct {
 	Topics []string
 	// Values decodes record values (the schema registry); nil: JSON.
 	Values contract.ValueDecoder
+	// Settle: a history is read this long after its subscription was
+	// created, once every fast-lane member routes to it. Default
+	// RouteSettle; it must exceed the members' refresh interval.
+	Settle time.Duration
 }
 
 // Recover queues the events of w that match sub (its event types and
