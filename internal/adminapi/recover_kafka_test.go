@@ -68,6 +68,13 @@ func TestRecoverWithTheFastLaneReadsTheWindowFromKafka(t *testing.T) {
 	if n := pgtest.Column[int64](t, db.Pool, `SELECT count(*) FROM bridge.deliveries`)[0]; n != 0 {
 		t.Fatalf("a refused recover wrote %d deliveries", n)
 	}
+	// A new subscription's history is read the same way: refused alike.
+	created := b.do(t, "POST", "/api/v1/subscriptions", fmt.Sprintf(`{"url": "https://b.example.com/h", "event_types": ["*"], "since": %q}`,
+		base.UTC().Format(time.RFC3339Nano)))
+	created.wantError(t, http.StatusBadRequest, "since")
+	if !strings.Contains(string(created.Body), earliest.UTC().Format(time.RFC3339Nano)) {
+		t.Errorf("the refused create does not name the earliest time still available: %s", created.Body)
+	}
 
 	// From the 4th record's time to the 7th's: records 4, 5 and 6.
 	got := b.do(t, "POST", "/api/v1/deliveries/recover", fmt.Sprintf(`{"subscription_id": %q, "since": %q, "until": %q}`, sub,

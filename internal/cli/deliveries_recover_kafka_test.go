@@ -19,8 +19,8 @@ import (
 // WEBHOOK_FAST_LANE=true, recover reads the window from CONSUMER_TOPICS by
 // time and queues its events for the subscription in asset order; a window
 // past the topic's retention exits 2 naming --since and the earliest time
-// still available, writing nothing.
-func TestDeliveriesRecoverWithTheFastLaneReadsKafkaByTime(t *testing.T) {
+// still available, writing nothing; so is `subscriptions create --since`.
+func TestDeliveriesRecoverAndHistoryWithTheFastLaneReadKafkaByTime(t *testing.T) {
 	db, ctx := webhookCLIEnv(t)
 	brokers := kafkatest.RealBrokers(t)
 	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
@@ -55,7 +55,16 @@ func TestDeliveriesRecoverWithTheFastLaneReadsKafkaByTime(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(errOut, "--since") || !strings.Contains(errOut, "earliest time still available is "+earliest) {
 		t.Fatalf("recover past retention: exit %d, stderr %q (stdout %q); want exit 2 naming --since and %s", code, errOut, out, earliest)
 	}
+	// The same refusal for a new subscription's history.
+	code, out, errOut = runBridge(t, "subscriptions", "create", "--url", "http://127.0.0.1:9/in", "--event-types", "*",
+		"--since", base.UTC().Format(time.RFC3339Nano))
+	if code != ExitUsage || !strings.Contains(errOut, "--since") || !strings.Contains(errOut, "earliest time still available is "+earliest) {
+		t.Fatalf("create --since past retention: exit %d, stderr %q (stdout %q); want exit 2 naming --since and %s", code, errOut, out, earliest)
+	}
 	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.subscriptions`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d subscriptions after a refused create, want the 1 there was (err %v)", n, err)
+	}
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("a refused recover wrote %d deliveries (err %v)", n, err)
 	}
