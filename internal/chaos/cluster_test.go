@@ -140,6 +140,11 @@ func TestClusterLeaderKill(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		if leaderMoved == 0 {
+			// The promise is about a failover: one that did not happen
+			// would make the rest of the run prove nothing about it.
+			t.Errorf("leadership of %s did not move off the killed broker %d within a minute", p.Topic, killed)
+		}
 		time.Sleep(load / 4)
 		if err := c.Restart(killed); err != nil {
 			t.Errorf("restart broker %d: %v", killed, err)
