@@ -149,11 +149,6 @@ func TestClusterLeaderKill(t *testing.T) {
 		if leaderMoved == 0 {
 			t.Errorf("leadership of %s did not move off killed broker %d within a minute: leaders %v (err %v)", p.Topic, killed, last, lastErr)
 		}
-		if leaderMoved == 0 {
-			// The promise is about a failover: one that did not happen
-			// would make the rest of the run prove nothing about it.
-			t.Errorf("leadership of %s did not move off the killed broker %d within a minute", p.Topic, killed)
-		}
 		time.Sleep(load / 4)
 		if err := c.Restart(killed); err != nil {
 			t.Errorf("restart broker %d: %v", killed, err)
