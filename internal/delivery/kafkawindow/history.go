@@ -96,6 +96,9 @@ func (s *Source) CopyHistory(ctx context.Context, pool *pgxpool.Pool, st *store.
 		for _, r := range recs {
 			b.Scanned++
 			m, err := contract.DecodeWith(ctx, r, s.Values)
+			if err != nil && !isDecodeError(err) {
+				return err // the registry cannot answer: the next round copies again
+			}
 			if err != nil || !filter.Matches(r.Topic, m.EventType) {
 				continue
 			}

@@ -253,6 +253,12 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values con
 			res.Read++
 			m, err := contract.DecodeWith(ctx, r, values)
 			if err != nil {
+				if !isDecodeError(err) {
+					// The schema registry cannot answer: stop rather than skip
+					// events that are fine. What is written stays; a second
+					// run writes each event once.
+					return err
+				}
 				res.Undecodable++
 				continue
 			}
@@ -273,6 +279,13 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values con
 		})
 	})
 	return res, err
+}
+
+// isDecodeError: the record's own fault (it was dead-lettered when first
+// read), as opposed to a schema registry that cannot answer now.
+func isDecodeError(err error) bool {
+	var de *contract.DecodeError
+	return errors.As(err, &de)
 }
 
 // Source is where a fast-lane installation reads windows from: the event
