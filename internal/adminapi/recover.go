@@ -71,23 +71,19 @@ func (a *adminAPI) recoverDeliveries(w http.ResponseWriter, r *http.Request) err
 	if a.kafkaErr != nil {
 		return fmt.Errorf("recover reads the window from Kafka (WEBHOOK_FAST_LANE=true), whose client could not be set up: %w", a.kafkaErr)
 	}
-	ids, err := a.deliveries.RecoverWindow(r.Context(), id, win)
+	rec, err := kafkawindow.RecoverWindow(r.Context(), a.pool, a.deliveries, a.kafkaWindow, sub, win)
+	var re *kafkawindow.RetentionError
+	if errors.As(err, &re) {
+		return badRequest("since", err.Error())
+	}
 	if err != nil {
 		return err
 	}
-	resp := recoverResponse{Recovered: len(ids), IDs: ids}
-	changed := int64(len(ids))
-	if a.kafkaWindow != nil {
-		res, err := a.kafkaWindow.Recover(r.Context(), a.pool, sub, win)
-		var re *kafkawindow.RetentionError
-		if errors.As(err, &re) {
-			return badRequest("since", err.Error())
-		}
-		if err != nil {
-			return err
-		}
-		resp.ReadFromKafka, resp.QueuedFromKafka = &res.Read, &res.Queued
-		changed += int64(res.Queued)
+	resp := recoverResponse{Recovered: len(rec.IDs), IDs: rec.IDs}
+	changed := int64(len(rec.IDs))
+	if rec.Kafka != nil {
+		resp.ReadFromKafka, resp.QueuedFromKafka = &rec.Kafka.Read, &rec.Kafka.Queued
+		changed += int64(rec.Kafka.Queued)
 	}
 	a.audit(r, audit.DeliveriesRecover, id, audit.WindowScope(win.Since, win.Until), changed)
 	writeJSON(w, http.StatusOK, resp)

@@ -78,32 +78,27 @@ nothing is written.`,
 			if err != nil {
 				return err
 			}
-			ids, err := store.NewDeliveryStore(pool).RecoverWindow(cmd.Context(), *sub, w)
+			rec, err := kafkawindow.RecoverWindow(cmd.Context(), pool, store.NewDeliveryStore(pool), src, s, w)
+			var re *kafkawindow.RetentionError
+			if errors.As(err, &re) {
+				return usageError{fmt.Errorf("--since: %w", err)}
+			}
 			if err != nil {
 				return err
 			}
-			var fromKafka kafkawindow.Result
-			if src != nil {
-				if fromKafka, err = src.Recover(cmd.Context(), pool, s, w); err != nil {
-					var re *kafkawindow.RetentionError
-					if errors.As(err, &re) {
-						return usageError{fmt.Errorf("--since: %w", err)}
-					}
-					return err
-				}
-			}
+			ids := rec.IDs
 			wr := cmd.OutOrStdout()
 			if out == "json" {
 				res := map[string]any{"recovered": len(ids), "ids": ids}
-				if src != nil {
-					res["queued_from_kafka"] = fromKafka.Queued
-					res["read_from_kafka"] = fromKafka.Read
+				if rec.Kafka != nil {
+					res["queued_from_kafka"] = rec.Kafka.Queued
+					res["read_from_kafka"] = rec.Kafka.Read
 				}
 				return printJSON(wr, res)
 			}
-			if src != nil {
+			if rec.Kafka != nil {
 				fmt.Fprintf(wr, "read %d records of the window from Kafka; queued %d events the subscription had no delivery of (in asset order, behind its pending ones)\n",
-					fromKafka.Read, fromKafka.Queued)
+					rec.Kafka.Read, rec.Kafka.Queued)
 			}
 			if len(ids) == 0 {
 				fmt.Fprintln(wr, "no dead deliveries of this subscription were created in the window; nothing revived")

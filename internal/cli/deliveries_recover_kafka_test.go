@@ -50,6 +50,14 @@ func TestDeliveriesRecoverAndHistoryWithTheFastLaneReadKafkaByTime(t *testing.T)
 		t.Fatalf("delete records: %v %v", err, dr.Error())
 	}
 	earliest := base.Add(30 * time.Minute).UTC().Format(time.RFC3339Nano)
+	// A dead delivery of the window: a refused recover must not revive it.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at,
+  status, attempts, dead_at, last_error, created_at)
+VALUES ($1::uuid, 'dead-in-window', 'asset.updated', $2, 'a-9', 1, '{}', now(), 'dead', 9, now(), 'HTTP 500', now() - interval '1 hour')`,
+		sub, topic); err != nil {
+		t.Fatal(err)
+	}
 
 	code, out, errOut := runBridge(t, "deliveries", "recover", "--subscription", sub, "--since", base.UTC().Format(time.RFC3339Nano))
 	if code != ExitUsage || !strings.Contains(errOut, "--since") || !strings.Contains(errOut, "earliest time still available is "+earliest) {
@@ -62,19 +70,23 @@ func TestDeliveriesRecoverAndHistoryWithTheFastLaneReadKafkaByTime(t *testing.T)
 		t.Fatalf("create --since past retention: exit %d, stderr %q (stdout %q); want exit 2 naming --since and %s", code, errOut, out, earliest)
 	}
 	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status = 'dead'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a refused recover revived a dead delivery: %d dead left, want 1 (err %v)", n, err)
+	}
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.subscriptions`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d subscriptions after a refused create, want the 1 there was (err %v)", n, err)
 	}
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("a refused recover wrote %d deliveries (err %v)", n, err)
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a refused recover wrote %d deliveries besides the dead one (err %v)", n-1, err)
 	}
 
 	out = mustRunBridge(t, "deliveries", "recover", "--subscription", sub, "--since", earliest, "-o", "json")
 	var res struct {
-		Queued int `json:"queued_from_kafka"`
-		Read   int `json:"read_from_kafka"`
+		Recovered int `json:"recovered"`
+		Queued    int `json:"queued_from_kafka"`
+		Read      int `json:"read_from_kafka"`
 	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Queued != 5 || res.Read != 5 {
-		t.Fatalf("recover from the earliest time: %s (err %v); want 5 read and 5 queued", out, err)
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Queued != 5 || res.Read != 5 || res.Recovered != 1 {
+		t.Fatalf("recover from the earliest time: %s (err %v); want the dead one revived, 5 read and 5 queued", out, err)
 	}
 }

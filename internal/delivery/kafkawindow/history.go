@@ -42,7 +42,12 @@ func (s *Source) CheckSince(ctx context.Context, topic string, since time.Time) 
 	return err
 }
 
+// topicsFor is the topics a subscription of topic ("": any) can receive
+// from: none for a nil Source.
 func (s *Source) topicsFor(topic string) []string {
+	if s == nil {
+		return nil
+	}
 	var topics []string
 	for _, t := range s.Topics {
 		if topic == "" || topic == t {

@@ -237,17 +237,29 @@ type Result struct {
 // so the fast lane queues their later events behind them.
 func Recover(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values contract.ValueDecoder,
 	subscriptionID string, filter contract.Filter, topics []string, w store.Window) (Result, error) {
+	ranges, err := planWindow(ctx, opts, topics, w)
+	if err != nil {
+		return Result{}, err
+	}
+	return queue(ctx, pool, opts, values, subscriptionID, filter, ranges)
+}
+
+// planWindow is Plan with a client of its own.
+func planWindow(ctx context.Context, opts []kgo.Opt, topics []string, w store.Window) ([]Range, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	defer cl.Close()
+	return Plan(ctx, kadm.NewClient(cl), topics, w.Since, w.Until)
+}
+
+// queue reads ranges and writes their events matching filter as deliveries
+// of subscriptionID (see Recover).
+func queue(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values contract.ValueDecoder,
+	subscriptionID string, filter contract.Filter, ranges []Range) (Result, error) {
 	var res Result
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		return res, fmt.Errorf("create kafka client: %w", err)
-	}
-	ranges, err := Plan(ctx, kadm.NewClient(adm), topics, w.Since, w.Until)
-	adm.Close()
-	if err != nil {
-		return res, err
-	}
-	err = Read(ctx, opts, ranges, func(recs []*kgo.Record) error {
+	err := Read(ctx, opts, ranges, func(recs []*kgo.Record) error {
 		var f store.Fanout
 		for _, r := range recs {
 			res.Read++
@@ -281,6 +293,45 @@ func Recover(ctx context.Context, pool *pgxpool.Pool, opts []kgo.Opt, values con
 	return res, err
 }
 
+// Recovery is what RecoverWindow did.
+type Recovery struct {
+	// IDs are the dead deliveries revived, oldest first.
+	IDs []int64
+	// Kafka is what was read from the topics; nil without the fast lane.
+	Kafka *Result
+}
+
+// RecoverWindow is the one rule behind `bridge deliveries recover`, the
+// admin API's recover and the console's: revive the subscription's dead
+// deliveries created in w and, with the fast lane (src not nil), queue the
+// window's events read from the topics (Source.Recover). The window is
+// checked against the topics' retention before anything is written: a
+// *RetentionError revives nothing.
+func RecoverWindow(ctx context.Context, pool *pgxpool.Pool, st *store.DeliveryStore, src *Source, sub *store.Subscription,
+	w store.Window) (Recovery, error) {
+	var rec Recovery
+	var ranges []Range
+	topics := src.topicsFor(sub.Topic)
+	if len(topics) > 0 {
+		var err error
+		if ranges, err = planWindow(ctx, src.Opts, topics, w); err != nil {
+			return rec, err
+		}
+	}
+	ids, err := st.RecoverWindow(ctx, sub.ID, w)
+	if err != nil {
+		return rec, err
+	}
+	rec.IDs = ids
+	if src == nil {
+		return rec, nil
+	}
+	filter := contract.Filter{Enabled: true, EventTypes: sub.EventTypes, Topic: sub.Topic}
+	res, err := queue(ctx, pool, src.Opts, src.Values, sub.ID, filter, ranges)
+	rec.Kafka = &res
+	return rec, err
+}
+
 // isDecodeError: the record's own fault (it was dead-lettered when first
 // read), as opposed to a schema registry that cannot answer now.
 func isDecodeError(err error) bool {
@@ -301,20 +352,4 @@ type Source struct {
 	// created, once every fast-lane member routes to it. Default
 	// RouteSettle; it must exceed the members' refresh interval.
 	Settle time.Duration
-}
-
-// Recover queues the events of w that match sub (its event types and
-// topic) from the topics sub can receive; see Recover.
-func (s *Source) Recover(ctx context.Context, pool *pgxpool.Pool, sub *store.Subscription, w store.Window) (Result, error) {
-	var topics []string
-	for _, t := range s.Topics {
-		if sub.Topic == "" || sub.Topic == t {
-			topics = append(topics, t)
-		}
-	}
-	if len(topics) == 0 {
-		return Result{}, nil // the fast lane never routes its topic to anyone
-	}
-	filter := contract.Filter{Enabled: true, EventTypes: sub.EventTypes, Topic: sub.Topic}
-	return Recover(ctx, pool, s.Opts, s.Values, sub.ID, filter, topics, w)
 }
