@@ -262,10 +262,7 @@ func (l *Lane) Run(ctx context.Context) error {
 		service.Every(bg, service.Loop{Name: "read subscriptions and park markers", Interval: l.cfg.RefreshInterval,
 			Timeout: 30 * time.Second, Logger: l.log}, l.refresh)
 	})
-	services.Go(func() {
-		service.Every(bg, service.Loop{Name: "attempt log partitions", Interval: time.Hour, Immediate: true,
-			Timeout: time.Minute, Logger: l.log}, l.maintainPartitions)
-	})
+	services.Go(func() { l.partitions().Run(bg) })
 	services.Go(func() {
 		service.Every(bg, service.Loop{Name: "isolate slow subscriptions", Interval: l.cfg.CommitInterval, Logger: l.log}, l.isolateSlow)
 	})
@@ -328,13 +325,19 @@ func (l *Lane) poll(ctx context.Context) {
 		fetches.EachError(func(topic string, partition int32, err error) {
 			l.log.WarnContext(ctx, "fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
+		recs := fetches.Records()
+		decoded, ok := l.decode(ctx, recs)
+		if !ok {
+			l.client.AllowRebalance()
+			return
+		}
 		var bad []*kgo.Record
 		l.mu.Lock()
-		fetches.EachRecord(func(r *kgo.Record) {
-			if !l.take(r) {
+		for i, r := range recs {
+			if !l.take(r, decoded[i]) {
 				bad = append(bad, r)
 			}
-		})
+		}
 		l.mu.Unlock()
 		if len(bad) > 0 {
 			l.deadLetter(ctx, bad)
@@ -343,9 +346,40 @@ func (l *Lane) poll(ctx context.Context) {
 	}
 }
 
+// decodedRecord is a record read by contract.DecodeWith: err is nil or a
+// *contract.DecodeError (the record is dead-lettered).
+type decodedRecord struct {
+	msg contract.Message
+	err error
+}
+
+// decode reads recs outside the lane's lock. A schema registry that cannot
+// answer holds the poll (the partitions' offsets stay where they are and
+// /readyz reports the stall) instead of dead-lettering records that are
+// fine; ok is false when ctx ended meanwhile.
+func (l *Lane) decode(ctx context.Context, recs []*kgo.Record) (out []decodedRecord, ok bool) {
+	out = make([]decodedRecord, len(recs))
+	for i, r := range recs {
+		err := service.Retry(ctx, service.Wait{Name: "decode with the schema registry", Logger: l.log, LogEvery: 10 * time.Second},
+			func(ctx context.Context) error {
+				m, err := contract.DecodeWith(ctx, r, l.cfg.Values)
+				var de *contract.DecodeError
+				if err == nil || errors.As(err, &de) {
+					out[i] = decodedRecord{m, err}
+					return nil
+				}
+				return err
+			})
+		if err != nil {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
 // take routes one record (l.mu held). It reports false for a record that
 // cannot be read: the caller dead-letters it, then settles it.
-func (l *Lane) take(r *kgo.Record) bool {
+func (l *Lane) take(r *kgo.Record, d decodedRecord) bool {
 	p := l.parts[topicPartition{r.Topic, r.Partition}]
 	if p == nil || p.revoked {
 		return true // not ours (any more): its new owner reads it
@@ -353,7 +387,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 	if n := len(p.recs); n > 0 && r.Offset <= p.recs[n-1].rec.Offset {
 		return true // already held
 	}
-	msg, err := contract.DecodeWith(context.Background(), r, l.cfg.Values)
+	msg, err := d.msg, d.err
 	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
 	l.buffered += rec.bytes
@@ -1117,17 +1151,12 @@ func (l *Lane) refresh(ctx context.Context) error {
 	return nil
 }
 
-// maintainPartitions keeps day partitions of the attempt log ahead of now
-// and drops those past retention.
-func (l *Lane) maintainPartitions(ctx context.Context) error {
-	if err := l.store.EnsureAttemptPartitions(ctx, time.Now(), 2); err != nil {
-		return err
-	}
-	dropped, err := l.store.DropAttemptPartitions(ctx, time.Now().Add(-l.cfg.AttemptRetention))
-	if len(dropped) > 0 {
-		l.log.InfoContext(ctx, "dropped attempt log partitions past retention", "partitions", dropped)
-	}
-	return err
+// maintainPartitions is one round of the AttemptPartitions service.
+func (l *Lane) maintainPartitions(ctx context.Context) error { return l.partitions().RunOnce(ctx) }
+
+// partitions is the lane's AttemptPartitions service.
+func (l *Lane) partitions() *AttemptPartitions {
+	return NewAttemptPartitions(l.store, AttemptPartitionsConfig{Retention: l.cfg.AttemptRetention, Logger: l.log})
 }
 
 // deadLetter produces unreadable records to "<topic>.dlq" (as the consumer
