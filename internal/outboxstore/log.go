@@ -231,7 +231,7 @@ WHERE EXISTS (SELECT 1 FROM bridge.outbox_log q
 // a custom plan; the generic plan walks the same indexes (the (xid, seq)
 // index from the batch's key, the asset index for predecessors), whatever
 // the parameters.
-const cycleStartSQL = `SELECT pg_current_snapshot()::text, set_config('plan_cache_mode', 'force_generic_plan', true)`
+const cycleStartSQL = `SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text, set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // CycleParams select what one relay cycle reads.
 type CycleParams struct {
@@ -250,6 +250,11 @@ type CycleParams struct {
 type CycleRead struct {
 	// Snapshot ends every batch the read opened.
 	Snapshot string
+	// Server is the start time of the server that answered: it changes
+	// when PostgreSQL restarted or a standby was promoted, and a snapshot
+	// taken before that must not be compared with transaction ids after
+	// it (see relay's forgetPositions).
+	Server string
 	// Held are the held rows that may go out now (see heldDueSQL).
 	Held []*Claimed
 	// Pages[i] is the page of Batches[i], More[i] whether more of that
@@ -288,7 +293,7 @@ func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
 		return out, fmt.Errorf("read an outbox cycle: begin: %w", err)
 	}
 	var plan string
-	if err := br.QueryRow().Scan(&out.Snapshot, &plan); err != nil {
+	if err := br.QueryRow().Scan(&out.Snapshot, &out.Server, &plan); err != nil {
 		return out, fmt.Errorf("read an outbox cycle: take the snapshot: %w", err)
 	}
 	if p.HeldLimit > 0 {
@@ -431,21 +436,26 @@ func LanePositions(ctx context.Context, db DB, lanes []int) (map[int]Position, e
 
 // savePositionSQL moves lanes' position: the relay's only write on the
 // happy path, one row per lane, fenced like every outcome (the lanes must
-// still be held by $1). It commits without waiting for its WAL flush: a
-// position lost in a database crash only makes the lanes read their last
-// events again, with the same dedup-ids.
+// still be held by $1) and by the server the position was read from ($7,
+// its start time; '' for a position that came from this table): a position
+// read before PostgreSQL restarted or failed over is never written after
+// (see the relay's forgetPositions). It commits without waiting for its WAL
+// flush: a position lost in a database crash only makes the lanes read
+// their last events again, with the same dedup-ids.
 const savePositionSQL = `
 UPDATE bridge.relay_positions rl
 SET tick = $3::pg_snapshot, batch_end = nullif($4, '')::pg_snapshot,
     after_xid = CASE WHEN $4 <> '' THEN $5::text::xid8 END, after_seq = CASE WHEN $4 <> '' THEN $6::bigint END
 WHERE rl.lane = ANY($2::int[])
   AND rl.lane = ANY((SELECT bridge.relay_fence($1))::int[])
+  AND ($7 = '' OR pg_postmaster_start_time() = $7::timestamptz)
   AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'`
 
-// SavePosition records lanes' position, and returns how many lanes it moved
-// (fewer than asked when a lease was lost).
-func SavePosition(ctx context.Context, db DB, member string, lanes []int, p Position) (int64, error) {
-	tag, err := db.Exec(ctx, savePositionSQL, member, lanes, p.Tick, p.BatchEnd, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq)
+// SavePosition records lanes' position read from server (CycleRead.Server;
+// "" when it was read from this table), and returns how many lanes it
+// moved (fewer than asked when a lease was lost or the server changed).
+func SavePosition(ctx context.Context, db DB, member, server string, lanes []int, p Position) (int64, error) {
+	tag, err := db.Exec(ctx, savePositionSQL, member, lanes, p.Tick, p.BatchEnd, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq, server)
 	if err != nil {
 		return 0, fmt.Errorf("save lane positions: %w", err)
 	}

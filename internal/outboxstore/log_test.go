@@ -406,3 +406,34 @@ FROM generate_series(1, 60000) g`); err != nil {
 		t.Fatalf("reading a batch of 3 events touched %v pages of the (xid, seq) index: it walked the 60,000 rows already passed", buffers)
 	}
 }
+
+// A position is written only to the server it was read from: after a
+// restart or a failover (another pg_postmaster_start_time) the save moves
+// no lane, so a snapshot from the old server never becomes a lane's
+// position on the new one; a position read from the table ("") is saved
+// wherever.
+func TestPositionIsSavedOnlyToTheServerItWasReadFrom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	read, err := ReadCycle(ctx, db.Pool, CycleParams{Member: "m", Lanes: []int{0}, Margin: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read.Server == "" {
+		t.Fatal("the cycle's read names no server")
+	}
+	pos := Position{Tick: read.Snapshot}
+	for _, c := range []struct {
+		server string
+		moved  int64
+	}{{"2001-02-03 04:05:06.789+00", 0}, {read.Server, 1}, {"", 1}} {
+		n, err := SavePosition(ctx, db.Pool, "m", c.server, []int{0}, pos)
+		if err != nil || n != c.moved {
+			t.Fatalf("save read from server %q: moved %d lanes (%v), want %d", c.server, n, err, c.moved)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int,
 		}
 	}
 	for _, p := range r.positionsNow() {
-		if _, err := outboxstore.SavePosition(ctx, pool, r.cfg.MemberID, p.lanes, p.pos); err != nil {
+		if _, err := outboxstore.SavePosition(ctx, pool, r.cfg.MemberID, p.server, p.lanes, p.pos); err != nil {
 			return read, time.Since(start), err
 		}
 	}

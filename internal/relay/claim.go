@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"time"
@@ -145,10 +146,13 @@ func (r *Relay) mergeGroups() {
 // What was produced of it goes out again with the same dedup-ids.
 type checkpoint struct {
 	groups []laneGroup
+	// server: the server the groups' positions were read from; a
+	// checkpoint from another one is never restored (see forgetPositions).
+	server string
 }
 
 func (r *Relay) checkpoint() *checkpoint {
-	cp := &checkpoint{}
+	cp := &checkpoint{server: r.server}
 	for _, g := range r.groups {
 		c := *g
 		c.lanes = slices.Clone(g.lanes)
@@ -161,9 +165,35 @@ func (r *Relay) checkpoint() *checkpoint {
 	return cp
 }
 
-// restore goes back to cp (nil: nothing to restore).
+// errServerChanged: the read came from a PostgreSQL server other than the
+// one the relay's positions in memory were read from (a restart, or a
+// standby promoted).
+var errServerChanged = errors.New("the database server restarted or failed over: the lanes' positions are read again from bridge.relay_positions")
+
+// forgetPositions drops what the relay holds in memory about its lanes —
+// positions, batches read in part, the last asset_seq produced per asset —
+// so the next claim reads the saved positions again, as a relay that just
+// took the lanes over does. A snapshot taken before PostgreSQL restarted or
+// failed over cannot be used after: the transaction ids the old server gave
+// to transactions that rolled back, whose WAL never reached the disk or the
+// standby, are given out again, and that snapshot counts them as already
+// passed, so their events would be skipped. A saved position is safe: it
+// reached the standby (or the disk) only after every WAL record before it.
+func (r *Relay) forgetPositions() {
+	r.groups = nil
+	r.known = map[string]int64{}
+	r.savedAt = time.Time{}
+	r.prefetched = nil
+}
+
+// restore goes back to cp (nil: nothing to restore). A checkpoint taken
+// before the server changed is not restored: the positions are read again.
 func (r *Relay) restore(cp *checkpoint) {
 	if cp == nil {
+		return
+	}
+	if cp.server != r.server {
+		r.forgetPositions()
 		return
 	}
 	r.groups = r.groups[:0]
@@ -209,6 +239,13 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 	res, err := r.readCycle(qctx, read, margin)
 	if err != nil {
 		return out, err
+	}
+	if r.server != res.Server {
+		first := r.server == ""
+		r.server = res.Server
+		if !first {
+			return out, errServerChanged
+		}
 	}
 	// A held row whose outcome is still being written is not sent twice.
 	inSettlement := inflight.ids()

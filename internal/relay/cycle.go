@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -15,6 +16,10 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	started := time.Now()
 	before := r.checkpoint()
 	c, err := r.claim(ctx, lanes, inflight)
+	if errors.Is(err, errServerChanged) {
+		r.forgetPositions()
+		return cycleResult{claimTook: time.Since(started)}, nil, err
+	}
 	if err != nil {
 		r.restore(before)
 		return cycleResult{claimTook: time.Since(started)}, nil, err

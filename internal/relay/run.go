@@ -35,6 +35,9 @@ type Relay struct {
 	groups  []*laneGroup
 	known   map[string]int64
 	savedAt time.Time
+	// server: the start time of the PostgreSQL server the last read came
+	// from ("" before the first); see forgetPositions.
+	server string
 	// prefetched: the next claim's read, running or done (nil: none).
 	prefetched *prefetch
 	// wake tells the writers whether this relay needs their notifications.

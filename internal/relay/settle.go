@@ -100,17 +100,19 @@ func (s *settlement) write(ctx context.Context, r *Relay) error {
 	r.reportParked(ctx, s.rows, parks, reasons)
 	r.reportCharged(ctx, s.rows, s.charge, charged, errOf)
 	for _, p := range s.save {
-		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.lanes, p.pos); err != nil {
+		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.server, p.lanes, p.pos); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// positionSave is a group's position to save.
+// positionSave is a group's position to save, read from server (see
+// forgetPositions).
 type positionSave struct {
-	lanes []int
-	pos   outboxstore.Position
+	lanes  []int
+	pos    outboxstore.Position
+	server string
 }
 
 // positionEvery: how often at most the relay saves its lanes' positions.
@@ -134,7 +136,7 @@ func (r *Relay) positionsNow() []positionSave {
 	var out []positionSave
 	for _, g := range r.groups {
 		if p := g.position(); p != g.saved {
-			out = append(out, positionSave{lanes: slices.Clone(g.lanes), pos: p})
+			out = append(out, positionSave{lanes: slices.Clone(g.lanes), pos: p, server: r.server})
 			g.saved = p
 		}
 	}
@@ -160,7 +162,7 @@ func (r *Relay) savePositionsNow(ctx context.Context) {
 	defer cancel()
 	r.savedAt = time.Now()
 	for _, p := range r.positionsNow() {
-		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.lanes, p.pos); err != nil {
+		if _, err := outboxstore.SavePosition(qctx, r.pool, r.cfg.MemberID, p.server, p.lanes, p.pos); err != nil {
 			r.log.WarnContext(ctx, "save lane positions", "error", err)
 			return
 		}
