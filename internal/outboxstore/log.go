@@ -437,7 +437,7 @@ func LanePositions(ctx context.Context, db DB, lanes []int) (map[int]Position, e
 // savePositionSQL moves lanes' position: the relay's only write on the
 // happy path, one row per lane, fenced like every outcome (the lanes must
 // still be held by $1) and by the server the position was read from ($7,
-// its start time; '' for a position that came from this table): a position
+// its start time; ” for a position that came from this table): a position
 // read before PostgreSQL restarted or failed over is never written after
 // (see the relay's forgetPositions). It commits without waiting for its WAL
 // flush: a position lost in a database crash only makes the lanes read
