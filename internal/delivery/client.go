@@ -168,10 +168,13 @@ func (t *webhookTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	// A RoundTripper must not modify the request: the trace context goes
-	// into a copy of its headers.
+	// into a copy of its headers. Without a valid span context there is
+	// nothing to inject, and the headers are sent as they are.
 	out := r.WithContext(ctx)
-	out.Header = r.Header.Clone()
-	t.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		out.Header = r.Header.Clone()
+		t.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
 
 	resp, err := t.next.RoundTrip(out)
 	elapsed := time.Since(start)

@@ -52,6 +52,12 @@ type Lane struct {
 	parkedKeys map[streamKey]bool
 	subs       map[string]*subState
 	ready      []*stream // streams whose head may be sent now
+	// sending are the streams whose head is in flight: what isolateSlow
+	// looks at, rather than every record held.
+	sending map[*stream]struct{}
+	// idleWaiters counts the goroutines waiting on idle, so a finished
+	// request wakes them only when one waits.
+	idleWaiters int
 	handQ      []*stream // streams with rows waiting to be handed over
 	handing    int       // hand-overs being written
 	// handGen counts finished hand-overs; a stream remembers the count at
@@ -125,9 +131,6 @@ type record struct {
 	pending int
 	bytes   int64
 	polled  time.Time
-	// items are its deliveries (isolation looks for the subscriptions that
-	// hold an old record unsettled).
-	items []*item
 }
 
 type item struct {
@@ -193,6 +196,7 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 		parkedKeys: map[streamKey]bool{},
 		subs:       map[string]*subState{},
 		forgive:    map[string]bool{},
+		sending:    map[*stream]struct{}{},
 	}
 	l.work = sync.NewCond(&l.mu)
 	l.hand = sync.NewCond(&l.mu)
@@ -290,7 +294,7 @@ func (l *Lane) Run(ctx context.Context) error {
 	abandon := time.AfterFunc(30*time.Second, stopBG)
 	l.mu.Lock()
 	for l.handing > 0 {
-		l.idle.Wait()
+		l.waitIdle()
 	}
 	l.mu.Unlock()
 	abandon.Stop()
@@ -316,7 +320,7 @@ func (l *Lane) poll(ctx context.Context) {
 		l.mu.Lock()
 		for l.buffered > l.cfg.MaxBufferedBytes && ctx.Err() == nil {
 			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.idle.Broadcast(); l.mu.Unlock() })
-			l.idle.Wait()
+			l.waitIdle()
 			stop()
 		}
 		l.mu.Unlock()
@@ -377,7 +381,6 @@ func (l *Lane) take(r *kgo.Record) bool {
 		rec.pending++
 		s := l.stream(streamKey{rt.ID, asset})
 		it := &item{rec: rec, sub: rt.ID}
-		rec.items = append(rec.items, it)
 		switch {
 		case s.parked:
 			l.toSlowLane(s, it)
@@ -407,6 +410,13 @@ func assetKey(m *contract.Message) string {
 		return ""
 	}
 	return *m.AssetID
+}
+
+// waitIdle waits on l.idle, counted in l.idleWaiters. l.mu held.
+func (l *Lane) waitIdle() {
+	l.idleWaiters++
+	l.idle.Wait()
+	l.idleWaiters--
 }
 
 // stream returns the stream of key, creating it (parked if a marker says
@@ -493,6 +503,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		s.sending = true
 		s.sentAt = time.Now()
+		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
 		l.mu.Unlock()
@@ -504,9 +515,12 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		l.mu.Lock()
 		s.sending = false
+		delete(l.sending, s)
 		l.release(s)
 		l.done(s, it, rt, res)
-		l.idle.Broadcast()
+		if l.idleWaiters > 0 {
+			l.idle.Broadcast()
+		}
 	}
 }
 
@@ -601,43 +615,38 @@ func (l *Lane) parkRest(s *stream) {
 	}
 }
 
-// isolateSlow looks at every partition's oldest records: a subscription
-// whose request for one of them has been in flight for IsolateAfter (a slow
-// endpoint) is handed to the slow lane as a whole on that partition for
-// IsolationPeriod, so it stops holding the partition's offset and memory
-// for the other subscriptions.
+// isolateSlow looks at the requests in flight: a subscription whose request
+// for a record has been in flight for IsolateAfter (a slow endpoint) is
+// handed to the slow lane as a whole on that record's partition for
+// IsolationPeriod, so it stops holding the partition's offset and memory for
+// the other subscriptions. Slow is a request in flight that long — not a
+// delivery waiting for a worker, which is this member's capacity and the
+// same for every subscription. It looks only at the streams sending (at
+// most Workers), never at every record held.
 func (l *Lane) isolateSlow(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	for _, p := range l.parts {
-		if p.revoked {
+	type partSub struct {
+		p   *partition
+		sub string
+	}
+	var slow map[partSub]bool
+	for s := range l.sending {
+		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter {
 			continue
 		}
-		var subs map[string]bool
-		for _, r := range p.recs {
-			if now.Sub(r.polled) < l.cfg.IsolateAfter {
-				break
-			}
-			for _, it := range r.items {
-				if it.settled || !p.isolated[it.sub].Before(now) {
-					continue
-				}
-				// Slow is a request of the subscription's in flight that
-				// long — not a delivery waiting for a worker, which is this
-				// member's capacity and the same for every subscription.
-				s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]
-				if s != nil && s.sending && len(s.fast) > 0 && s.fast[0] == it && now.Sub(s.sentAt) >= l.cfg.IsolateAfter {
-					if subs == nil {
-						subs = map[string]bool{}
-					}
-					subs[it.sub] = true
-				}
-			}
+		p := s.fast[0].rec.part
+		if p.revoked || !p.isolated[s.key.sub].Before(now) {
+			continue
 		}
-		for sub := range subs {
-			l.isolate(ctx, p, sub, now)
+		if slow == nil {
+			slow = map[partSub]bool{}
 		}
+		slow[partSub{p, s.key.sub}] = true
+	}
+	for ps := range slow {
+		l.isolate(ctx, ps.p, ps.sub, now)
 	}
 	return nil
 }
@@ -1029,7 +1038,7 @@ func (l *Lane) drop(ctx context.Context, gone map[string][]int32, commit bool) {
 	timer := time.AfterFunc(l.cfg.ShutdownGrace, func() { l.mu.Lock(); l.idle.Broadcast(); l.mu.Unlock() })
 	defer timer.Stop()
 	for (l.handing > 0 || l.sendingFrom(ps)) && time.Now().Before(deadline) {
-		l.idle.Wait()
+		l.waitIdle()
 	}
 	l.mu.Unlock()
 	if commit {
