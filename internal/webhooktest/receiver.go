@@ -252,7 +252,7 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 	if limit <= 0 {
 		limit = DefaultMaxBody
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
+	body, err := readBody(w, req, limit)
 	rq.Body = body
 	if err != nil {
 		rq.Outcome = Malformed
@@ -357,6 +357,20 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 		r.example(0, rq.OrderViolation)
 	}
 	return status, ""
+}
+
+// readBody reads the request's body, at most limit bytes: into a buffer of
+// its Content-Length when it is declared, so a body is not copied while the
+// buffer grows.
+func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, req.Body, limit)
+	if n := req.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		// net/http's server body ends at the Content-Length.
+		_, err := io.ReadFull(body, buf)
+		return buf, err
+	}
+	return io.ReadAll(body)
 }
 
 func (r *Receiver) count(f func(*Stats)) {

@@ -58,16 +58,18 @@ type Lane struct {
 	// idleWaiters counts the goroutines waiting on idle, so a finished
 	// request wakes them only when one waits.
 	idleWaiters int
-	handQ      []*stream // streams with rows waiting to be handed over
-	handing    int       // hand-overs being written
+	handQ       []*stream // streams with rows waiting to be handed over
+	handing     int       // hand-overs being written
 	// handGen counts finished hand-overs; a stream remembers the count at
 	// its last one (stream.lastHand), so a read of the markers that began
 	// before it cannot unpark it (see refresh).
 	handGen  uint64
 	buffered int64 // record bytes held (polled, not yet committed past)
 	attempts []store.FastAttempt
-	forgive  map[string]bool
-	stopping bool // workers take nothing new
+	// spareAttempts is attempts' other buffer (see flushLog).
+	spareAttempts []store.FastAttempt
+	forgive       map[string]bool
+	stopping      bool // workers take nothing new
 
 	stats counters
 }
@@ -706,8 +708,10 @@ func (l *Lane) logAttempt(it *item, res delivery.AttemptResult) {
 // flushLog appends the queued attempts in one statement.
 func (l *Lane) flushLog(ctx context.Context) error {
 	l.mu.Lock()
+	// Two buffers take turns: the one being written to PostgreSQL and the
+	// one filling, so the log's slice is not grown again every flush.
 	as := l.attempts
-	l.attempts = nil
+	l.attempts, l.spareAttempts = l.spareAttempts[:0], nil
 	var forgive []string
 	for id := range l.forgive {
 		forgive = append(forgive, id)
@@ -717,7 +721,14 @@ func (l *Lane) flushLog(ctx context.Context) error {
 	if len(as) == 0 && len(forgive) == 0 {
 		return nil
 	}
-	if err := l.store.LogFastAttempts(ctx, as, forgive); err != nil {
+	err := l.store.LogFastAttempts(ctx, as, forgive)
+	clear(as) // no strings kept alive by the spare buffer
+	l.mu.Lock()
+	if l.spareAttempts == nil {
+		l.spareAttempts = as[:0]
+	}
+	l.mu.Unlock()
+	if err != nil {
 		// The deliveries are done either way; the log misses these lines.
 		return fmt.Errorf("%d attempts not logged: %w", len(as), err)
 	}
