@@ -65,6 +65,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
 	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
+	fastLane := c.Flags().Bool("fast-lane", false, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 {
 			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2")
@@ -90,7 +91,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 		stderr := cmd.ErrOrStderr()
 		res, err := pipelinebench.Run(ctx, pool, kopts, pipelinebench.Options{
 			Rate: *rate, Subscriptions: *subs, Duration: *duration, Writers: *writers, TxEvents: *txEvents,
-			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain,
+			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain, FastLane: *fastLane,
 			DatabaseURL: withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database),
 			Bridge: func(env []string) *exec.Cmd {
 				bc := exec.CommandContext(ctx, exe, "run")

@@ -1,6 +1,7 @@
 package fastlane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +98,89 @@ func (l *Lane) Stats() Stats {
 	}
 }
 
+// PartitionGauge is one owned partition as the lane holds it.
+type PartitionGauge struct {
+	Topic     string
+	Partition int32
+	// Settled is the offset below which every record is settled (the
+	// offset the next commit writes; -1: no record read yet).
+	Settled int64
+	// HighWatermark is the partition's end offset at the last fetch (-1:
+	// unknown), Lag = HighWatermark − Settled: records not yet settled by
+	// every subscription, read or not (-1 when either is unknown).
+	HighWatermark, Lag int64
+	// Held: records in memory (read, not yet committed past), HeldBytes
+	// their bytes as counted against MaxBufferedBytes.
+	Held      int
+	HeldBytes int64
+	// Isolated: subscriptions whose deliveries of this partition go
+	// through the slow lane for now (see Config.IsolateAfter).
+	Isolated int
+}
+
+// Gauges is the lane's state now, for the metrics.
+type Gauges struct {
+	Partitions []PartitionGauge
+	// Streams: (subscription, asset) streams held in memory; Parked: those
+	// of them whose deliveries go to the slow lane (bridge.deliveries).
+	Streams, Parked int
+	// Queued: deliveries waiting in the fast lane for their stream's
+	// turn or a worker; InFlight: requests being sent.
+	Queued, InFlight int
+	// HeldBytes: record bytes held in memory (bounded by MaxBufferedBytes).
+	HeldBytes int64
+}
+
+// Gauges returns the lane's state. It walks the streams held, under the
+// lane's lock: call it at a scrape's pace, not per delivery.
+func (l *Lane) Gauges() Gauges {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	g := Gauges{Streams: len(l.streams), InFlight: len(l.sending), HeldBytes: l.buffered}
+	for _, s := range l.streams {
+		if s.parked {
+			g.Parked++
+		}
+		g.Queued += len(s.fast)
+		if s.sending && len(s.fast) > 0 {
+			g.Queued--
+		}
+	}
+	for _, p := range l.parts {
+		if p.revoked {
+			continue
+		}
+		pg := PartitionGauge{Topic: p.tp.topic, Partition: p.tp.partition, Settled: p.next, HighWatermark: p.highWatermark,
+			Held: len(p.recs), Lag: -1}
+		for _, r := range p.recs {
+			pg.HeldBytes += r.bytes
+		}
+		for _, r := range p.recs {
+			if r.pending > 0 {
+				pg.Settled = r.rec.Offset
+				break
+			}
+		}
+		if pg.Settled < 0 && p.committed >= 0 {
+			pg.Settled = p.committed
+		}
+		if pg.Settled >= 0 && pg.HighWatermark >= 0 {
+			pg.Lag = max(pg.HighWatermark-pg.Settled, 0)
+		}
+		for _, until := range p.isolated {
+			if until.After(now) {
+				pg.Isolated++
+			}
+		}
+		g.Partitions = append(g.Partitions, pg)
+	}
+	slices.SortFunc(g.Partitions, func(a, b PartitionGauge) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return g
+}
+
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -119,6 +204,10 @@ type partition struct {
 	// repeats it (the relay produced it twice in a row) is dropped.
 	lastDedup string
 	committed int64 // -1: nothing committed by this member yet
+	// next is the offset after the last record read (-1: none read yet);
+	// highWatermark the partition's end offset at the last fetch (-1:
+	// unknown). They give the partition's lag (see Gauges).
+	next, highWatermark int64
 	// isolated: subscriptions handed to the slow lane as a whole on this
 	// partition, until the time given (see isolate).
 	isolated map[string]time.Time
@@ -336,6 +425,11 @@ func (l *Lane) poll(ctx context.Context) {
 		})
 		var bad []*kgo.Record
 		l.mu.Lock()
+		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+			if p := l.parts[topicPartition{f.Topic, f.Partition}]; p != nil && f.Err == nil {
+				p.highWatermark = f.HighWatermark
+			}
+		})
 		fetches.EachRecord(func(r *kgo.Record) {
 			if !l.take(r) {
 				bad = append(bad, r)
@@ -359,6 +453,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 	if n := len(p.recs); n > 0 && r.Offset <= p.recs[n-1].rec.Offset {
 		return true // already held
 	}
+	p.next = r.Offset + 1
 	msg, err := contract.DecodeWith(context.Background(), r, l.cfg.Values)
 	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
@@ -1011,7 +1106,7 @@ func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]i
 	for topic, ps := range added {
 		for _, id := range ps {
 			tp := topicPartition{topic, id}
-			l.parts[tp] = &partition{tp: tp, committed: -1, isolated: map[string]time.Time{}}
+			l.parts[tp] = &partition{tp: tp, committed: -1, next: -1, highWatermark: -1, isolated: map[string]time.Time{}}
 		}
 	}
 	l.log.InfoContext(ctx, "partitions assigned", "partitions", added, "parked_streams", len(keys))

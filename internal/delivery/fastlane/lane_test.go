@@ -48,6 +48,24 @@ func TestFastLaneDeliversInOrderFromKafka(t *testing.T) {
 	if st := l.Stats(); st.HandedOver != 0 || st.Delivered != int64(want) {
 		t.Errorf("stats %+v: want %d delivered, none handed over", st, want)
 	}
+	// The gauges: every partition settled to its end, nothing held,
+	// queued, in flight or parked.
+	_, end := w.committed(t)
+	testkit.Eventually(t, 10*time.Second, func() string {
+		g := l.Gauges()
+		var settled int64
+		for _, p := range g.Partitions {
+			if p.Settled == -1 && p.HighWatermark == -1 && p.Held == 0 {
+				continue // no record on it: nothing known, nothing owed
+			}
+			if p.Lag != 0 || p.Held != 0 || p.Settled != p.HighWatermark {
+				return fmt.Sprintf("partition %+v: want settled to its end, nothing held", p)
+			}
+			settled += p.Settled
+		}
+		return testkit.Unless(len(g.Partitions) == 4 && settled == end && g.Parked == 0 && g.Queued == 0 && g.InFlight == 0 && g.HeldBytes == 0,
+			"gauges %+v: want 4 partitions settled to %d in all, nothing parked, queued, in flight or held", g, end)
+	})
 }
 
 // A failing head parks its stream: it and every later event of the stream
