@@ -222,6 +222,9 @@ type record struct {
 	pending int
 	bytes   int64
 	polled  time.Time
+	// items are its deliveries: isolation looks at who still holds a
+	// partition's oldest record.
+	items []*item
 }
 
 type item struct {
@@ -478,6 +481,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 		rec.pending++
 		s := l.stream(streamKey{rt.ID, asset})
 		it := &item{rec: rec, sub: rt.ID}
+		rec.items = append(rec.items, it)
 		switch {
 		case s.parked:
 			l.toSlowLane(s, it)
@@ -742,8 +746,53 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		}
 		slow[partSub{p, s.key.sub}] = true
 	}
+	// A subscription that holds a partition's offset: the oldest record
+	// not yet settled has waited HoldLimit, another subscription has
+	// settled it, and this one's delivery of it is still in the fast lane
+	// (behind its in-flight cap, or a stream slower than the others). The
+	// others' offset and memory would wait for it: it is isolated too. A
+	// record no subscription has settled yet is this member's capacity,
+	// the same for every subscription, and isolates nobody.
+	for _, p := range l.parts {
+		if p.revoked {
+			continue
+		}
+		head := l.oldestUnsettled(p)
+		if head == nil || now.Sub(head.polled) < l.cfg.HoldLimit {
+			continue
+		}
+		var holders []string
+		for _, it := range head.items {
+			if it.settled || !p.isolated[it.sub].Before(now) {
+				continue
+			}
+			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
+				holders = append(holders, it.sub)
+			}
+		}
+		if len(holders) == 0 || head.pending == len(head.items) {
+			continue
+		}
+		for _, sub := range holders {
+			if slow == nil {
+				slow = map[partSub]bool{}
+			}
+			slow[partSub{p, sub}] = true
+		}
+	}
 	for ps := range slow {
 		l.isolate(ctx, ps.p, ps.sub, now)
+	}
+	return nil
+}
+
+// oldestUnsettled is p's first record with a delivery not yet settled
+// (nil: none). l.mu held.
+func (l *Lane) oldestUnsettled(p *partition) *record {
+	for _, r := range p.recs {
+		if r.pending > 0 {
+			return r
+		}
 	}
 	return nil
 }

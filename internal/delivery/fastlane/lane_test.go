@@ -277,3 +277,40 @@ func TestFastLaneIsolatesASlowSubscription(t *testing.T) {
 	w.waitAccepted(t, len(w.subs)*len(as)*5, 90*time.Second)
 	w.checkClean(t)
 }
+
+// A subscription that falls behind the others without any request being
+// slow enough to isolate it — here its in-flight cap against a 150 ms
+// endpoint — holds the partition's oldest record while the others have
+// settled it: after HoldLimit it is handed to the slow lane on that
+// partition, so the offsets do not wait for its backlog; order stays exact.
+func TestFastLaneIsolatesASubscriptionThatHoldsTheOffset(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[0] {
+			return http.StatusNoContent, 150 * time.Millisecond
+		}
+		return http.StatusNoContent, 0
+	}
+	l, _ := w.lane(t, func(c *Config) {
+		c.MaxInFlightPerSubscription = 2
+		c.HoldLimit = time.Second
+	})
+	w.slowLane(t, nil)
+	as := assets(10)
+	w.produce(t, as, 20)
+	started := time.Now()
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, end := w.committed(t)
+		return testkit.Unless(c == end, "committed %d of end %d", c, end)
+	})
+	// The lagging subscription's 200 deliveries take ≥ 15 s two at a time;
+	// the offsets must not have waited for them.
+	if took := time.Since(started); took > 9*time.Second {
+		t.Errorf("offsets reached the end after %s: they waited for the lagging subscription", took)
+	}
+	if st := l.Stats(); st.HandedOver == 0 {
+		t.Errorf("nothing handed to the slow lane: %+v", st)
+	}
+	w.waitAccepted(t, len(w.subs)*len(as)*20, 90*time.Second)
+	w.checkClean(t)
+}
