@@ -32,8 +32,6 @@ import (
 	"sync"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
 	"github.com/outboxbridge/bridge/internal/contract"
 )
 
@@ -149,7 +147,7 @@ type Receiver struct {
 	Now func() time.Time
 
 	mu        sync.Mutex
-	verifiers map[string]*standardwebhooks.Webhook // subscription ("" any) → verifier
+	verifiers map[string]*verifier // subscription ("" any) → verifier
 	seen      map[eventKey]Arrival
 	attempts  map[eventKey]int
 	lastSeq   map[streamKey]int64
@@ -165,7 +163,7 @@ type streamKey struct{ sub, asset string }
 // until SetSecret).
 func New() *Receiver {
 	return &Receiver{
-		verifiers: map[string]*standardwebhooks.Webhook{},
+		verifiers: map[string]*verifier{},
 		seen:      map[eventKey]Arrival{},
 		attempts:  map[eventKey]int{},
 		lastSeq:   map[streamKey]int64{},
@@ -183,7 +181,7 @@ func NewWithSecret(secret string) (*Receiver, error) {
 // SetSecret sets the signing secret of subscription sub ("" for every
 // subscription without one of its own).
 func (r *Receiver) SetSecret(sub, secret string) error {
-	wh, err := standardwebhooks.NewWebhook(secret)
+	wh, err := newVerifier(secret)
 	if err != nil {
 		return fmt.Errorf("webhook receiver secret: %w", err)
 	}
@@ -270,7 +268,7 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 		r.count(func(s *Stats) { s.NotReady++ })
 		return http.StatusServiceUnavailable, "not subscribed yet"
 	}
-	if err := v.Verify(body, req.Header); err != nil {
+	if err := v.Verify(body, req.Header, time.Now()); err != nil {
 		rq.Outcome = BadSignature
 		r.mu.Lock()
 		r.stats.SignatureFailures++
