@@ -136,6 +136,7 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 			res.MachineBusyCores, res.MachineCores, res.BenchCPUCores, res.PostgresCPUCores)},
 		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
 			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
+		{"engine", fmt.Sprintf("%s (%d deliveries handed to the slow lane)", res.Engine, res.HandedOver)},
 	}
 	if worst := worstSeconds(res.Seconds, 5); worst != "" {
 		rows = append(rows, []string{"p99 second by second", worst})

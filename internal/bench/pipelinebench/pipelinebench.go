@@ -656,7 +656,7 @@ WITH w AS (
 SELECT coalesce(minute, -1),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY relay), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY relay), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY consumer), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY consumer), 0),
-       percentile_disc(0.5) WITHIN GROUP (ORDER BY deliverer), percentile_disc(0.99) WITHIN GROUP (ORDER BY deliverer),
+       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY deliverer), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY deliverer), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY to_request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY to_request), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY request), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY record), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY record), 0),
