@@ -48,12 +48,18 @@ WAL flush) — and reports:
   - order violations, duplicates, overlapping requests, signature failures
     and rows not delivered (all must be 0).
 
+--fast-lane runs the bridge with WEBHOOK_FAST_LANE=true: ` + "`bridge run`" + ` is then
+relay + deliver, and deliveries go out from the topic; only streams handed to
+the slow lane become rows, so the consumer's lag and the stage split count
+only those (json: engine, handed_over_to_slow_lane).
+
 RELAY_*, CONSUMER_* and WEBHOOK_* settings reach the bridge process as they
-are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR and
-WEBHOOK_ALLOWED_CIDRS are the run's own.`,
+are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR,
+WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench pipeline
-  bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json`,
+  bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json
+  bridge bench pipeline --fast-lane --partitions 12`,
 		Args: cobra.NoArgs,
 	}
 	rate := c.Flags().Int("rate", 1000, "offered events/s")
