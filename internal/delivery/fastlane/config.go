@@ -41,12 +41,11 @@ type Config struct {
 	// handed to the slow lane as a whole on that partition (isolation: the
 	// others' offset and memory do not wait for it). Default 2s.
 	IsolateAfter time.Duration
-	// HoldLimit: a subscription whose delivery of a partition's oldest
-	// unsettled record has waited this long in the fast lane, while another
-	// subscription has settled that record, is isolated the same way (it
-	// holds the partition's offset and memory for the others: a backlog
-	// behind its in-flight cap, or an endpoint slower than the rest).
-	// Default 10s.
+	// HoldLimit: a subscription at its in-flight cap with streams waiting
+	// for a slot, whose delivery of a partition's oldest unsettled record
+	// has waited this long in the fast lane while another subscription has
+	// settled that record, is isolated the same way (its backlog holds the
+	// partition's offset and memory for the others). Default 10s.
 	HoldLimit time.Duration
 	// IsolationPeriod: how long an isolated subscription's new streams on
 	// the partition start in the slow lane. Default 30s.

@@ -748,11 +748,14 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 	}
 	// A subscription that holds a partition's offset: the oldest record
 	// not yet settled has waited HoldLimit, another subscription has
-	// settled it, and this one's delivery of it is still in the fast lane
-	// (behind its in-flight cap, or a stream slower than the others). The
-	// others' offset and memory would wait for it: it is isolated too. A
-	// record no subscription has settled yet is this member's capacity,
-	// the same for every subscription, and isolates nobody.
+	// settled it, and this one's delivery of it still waits in the fast
+	// lane while the subscription is at its in-flight cap with streams
+	// waiting for a slot (its backlog grows faster than its endpoint
+	// answers). The others' offset and memory would wait for it: it is
+	// isolated too. A subscription under its cap that is merely behind
+	// is this member's capacity (workers, CPU), the same for every
+	// subscription, and is never isolated: moving it to PostgreSQL would
+	// only make the member slower.
 	for _, p := range l.parts {
 		if p.revoked {
 			continue
@@ -764,6 +767,10 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		var holders []string
 		for _, it := range head.items {
 			if it.settled || !p.isolated[it.sub].Before(now) {
+				continue
+			}
+			sub := l.subs[it.sub]
+			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {

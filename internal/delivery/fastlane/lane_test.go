@@ -314,3 +314,32 @@ func TestFastLaneIsolatesASubscriptionThatHoldsTheOffset(t *testing.T) {
 	w.waitAccepted(t, len(w.subs)*len(as)*20, 90*time.Second)
 	w.checkClean(t)
 }
+
+// A subscription that is behind the others but under its in-flight cap is
+// this member's capacity, not a subscription holding the offset: it is
+// never handed to the slow lane, however long the partition's oldest
+// record waits for it.
+func TestFastLaneNeverIsolatesASubscriptionUnderItsCap(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[0] {
+			return http.StatusNoContent, 150 * time.Millisecond
+		}
+		return http.StatusNoContent, 0
+	}
+	l, _ := w.lane(t, func(c *Config) { c.HoldLimit = 500 * time.Millisecond })
+	as := assets(10)
+	w.produce(t, as, 20)
+	// Each of the behind subscription's streams takes 20 × 150 ms one
+	// request at a time: its head records wait ~3 s, six HoldLimits.
+	w.waitAccepted(t, len(w.subs)*len(as)*20, 60*time.Second)
+	w.checkClean(t)
+	if st := l.Stats(); st.HandedOver != 0 {
+		t.Errorf("%d deliveries handed to the slow lane: a subscription under its cap was isolated", st.HandedOver)
+	}
+	for _, p := range l.Gauges().Partitions {
+		if p.Isolated != 0 {
+			t.Errorf("partition %d: %d subscriptions isolated, want none", p.Partition, p.Isolated)
+		}
+	}
+}
