@@ -47,7 +47,12 @@ broker on a loopback port, printed so kcat can read it. Each run has its own
 topic (demo.assets.<run>), consumer group and subscription, removed at the end
 (--keep leaves the subscription disabled, with its delivery log).
 
-The demo sets, unless the environment does: RELAY_POLL_INTERVAL and
+The receiver answers 500 to the first attempt of the third event of
+--refusals assets: with the fast lane (WEBHOOK_FAST_LANE, on in the demo)
+those streams park, are retried from bridge.deliveries (the slow lane) and
+come back to the fast lane; the summary counts both lanes.
+
+The demo sets, unless the environment does: WEBHOOK_FAST_LANE true, RELAY_POLL_INTERVAL and
 WEBHOOK_POLL_INTERVAL 100ms, RELAY_MAX_MESSAGE_BYTES 65536 (the poison event is
 larger), WEBHOOK_RETRY_SCHEDULE 0s,1s,2s, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION
 32 (its one subscription has every asset), DATABASE_MAX_CONNS 20, HTTP_ADDR empty
@@ -75,6 +80,7 @@ order violation, signature failure or undelivered event was seen.`,
 	f.Float64Var(&o.Rate, "rate", demo.DefaultRate, "events per second; -1: as fast as possible")
 	f.DurationVar(&o.Duration, "duration", 0, "stop enqueueing after this long (0: when --events are enqueued)")
 	f.DurationVar(&o.Timeout, "timeout", demo.DefaultTimeout, "how long to wait for the last deliveries after the workload")
+	f.IntVar(&o.Refusals, "refusals", demo.DefaultRefusals, "assets whose third event the receiver refuses once (500), to show a retry; -1: none")
 	f.BoolVar(&keep, "keep", false, "keep the run's subscription (disabled) and its deliveries, and the topic on a real broker")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if o.Rate == 0 {
@@ -238,7 +244,8 @@ func RunDemo(ctx context.Context, p DemoParams) (*demo.Summary, error) {
 	sum, err := demo.Run(ctx, demo.Env{
 		Pool:            rt.Pool,
 		Subscriptions:   subscriptionStore(cfg, rt.Pool),
-		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, allStages) },
+		Pipeline:        func(ctx context.Context) error { return runBuilt(ctx, cfg, rt, withoutConsume(cfg, allStages)) },
+		FastLane:        cfg.Webhook.FastLane,
 		TracerProvider:  rt.TracerProvider,
 		Exporting:       rt.tracer.Exporting(),
 		TraceText:       traceText(rt, cfg.HTTP.JaegerQueryURL),
@@ -281,6 +288,10 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	def("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(demo.DefaultMaxMessageBytes))
 	def("WEBHOOK_POLL_INTERVAL", "100ms")
 	def("WEBHOOK_RETRY_SCHEDULE", "0s,1s,2s")
+	// The fast lane delivers from the topic's partitions; the streams the
+	// receiver refuses show the slow lane. WEBHOOK_FAST_LANE=false runs the
+	// row engine instead.
+	def("WEBHOOK_FAST_LANE", "true")
 	// One subscription with dozens of asset streams: let it use every
 	// worker, not the default 8 (a multi-tenant guard the demo has no use for).
 	def("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", "32")

@@ -310,12 +310,24 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	evs := make([]*event, len(recs))
 	spans := make([]trace.Span, len(recs))
 	ctxs := make([]context.Context, len(recs))
-	parseRecord := func(r *kgo.Record) *event { return parse(r, c.cfg.Values) }
+	parseRecord := func(ctx context.Context, r *kgo.Record) (*event, error) { return parse(ctx, r, c.cfg.Values) }
 	if c.parse != nil {
-		parseRecord = c.parse
+		parseRecord = func(_ context.Context, r *kgo.Record) (*event, error) { return c.parse(r), nil }
 	}
 	for i, r := range recs {
-		evs[i] = parseRecord(r)
+		// A schema registry that cannot answer holds the batch (as an
+		// unreachable PostgreSQL does) rather than dead-lettering records
+		// that are fine: /readyz reports the stall.
+		err := c.retry(ctx, "decode with the schema registry", func(ctx context.Context) (err error) {
+			evs[i], err = parseRecord(ctx, r)
+			return err
+		})
+		if err != nil {
+			for _, s := range spans[:i] {
+				s.End()
+			}
+			return err
+		}
 		ctxs[i], spans[i] = c.startSpan(ctx, evs[i])
 	}
 	var good []*event

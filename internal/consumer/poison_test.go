@@ -144,7 +144,7 @@ func TestBatchIsSplitUntilTheRecordsPostgreSQLRefusesAreAlone(t *testing.T) {
 	c.parse = func(r *kgo.Record) *event {
 		cp := *r
 		cp.Key = nil
-		ev := parse(&cp, nil)
+		ev, _ := parse(context.Background(), &cp, nil)
 		ev.rec = r
 		if len(r.Key) > 0 {
 			k := string(r.Key)

@@ -35,15 +35,19 @@ type event struct {
 
 // parse reads r into ev with contract.Decode. A record that cannot become a
 // delivery gets a badReason instead (and only its identity fields are
-// meaningful).
-func parse(r *kgo.Record, values contract.ValueDecoder) *event {
-	m, err := contract.DecodeWith(context.Background(), r, values)
+// meaningful). The error is one to wait out and parse again (the schema
+// registry could not answer): nothing is wrong with the record.
+func parse(ctx context.Context, r *kgo.Record, values contract.ValueDecoder) (*event, error) {
+	m, err := contract.DecodeWith(ctx, r, values)
 	ev := &event{rec: r, createdAt: m.CreatedAt, dedupID: m.DedupID, traceparent: m.Traceparent, tracestate: m.Tracestate}
 	var de *contract.DecodeError
 	if errors.As(err, &de) {
 		ev.badReason = de.Reason
-		return ev
+		return ev, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	ev.eventType, ev.assetID, ev.assetSeq, ev.payload = m.EventType, m.AssetID, m.AssetSeq, string(m.Payload)
-	return ev
+	return ev, nil
 }

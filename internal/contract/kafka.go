@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -199,8 +200,10 @@ type ValueDecoder interface {
 // payload. With values nil a framed value loses its framing only, which
 // suits JSON Schema subjects; an Avro-framed value then is not JSON and the
 // record is dead-lettered, as it is when values cannot decode it (the
-// registry does not know the id, or cannot be reached: the dead letter keeps
-// the record for a replay).
+// registry does not know the id, or the binary does not fit its schema).
+// A registry that cannot answer is not the record's fault: the error then
+// wraps schema.ErrUnavailable and is not a *DecodeError, and the caller
+// waits and decodes the record again.
 func DecodeWith(ctx context.Context, r *kgo.Record, values ValueDecoder) (Message, error) {
 	m := Message{CreatedAt: r.Timestamp}
 	var dedupID, eventType, assetSeq string
@@ -259,6 +262,9 @@ func DecodeWith(ctx context.Context, r *kgo.Record, values ValueDecoder) (Messag
 		value = p
 		if values != nil {
 			js, err := values.DecodeValue(ctx, r.Value)
+			if errors.Is(err, schema.ErrUnavailable) {
+				return m, err
+			}
 			if err != nil {
 				return m, &DecodeError{fmt.Sprintf("value of schema id %d cannot be decoded: %v", id, err)}
 			}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,6 +48,9 @@ const (
 type Env struct {
 	// Pool is the pipeline's database pool; the workload enqueues through it.
 	Pool *pgxpool.Pool
+	// FastLane: the pipeline delivers from the topic's partitions
+	// (WEBHOOK_FAST_LANE), PostgreSQL only for streams that are retrying.
+	FastLane bool
 	// Subscriptions creates (and at the end removes) the run's subscription.
 	Subscriptions *store.SubscriptionStore
 	// Pipeline runs relay + consume + deliver until its context ends and
@@ -107,7 +111,19 @@ type Options struct {
 	OnProgress func(Progress)
 	// Seed makes the workload's plan reproducible (0: random).
 	Seed uint64
+	// Refusals: the receiver answers 500 to the first attempt of the third
+	// event of this many assets, so the run shows a stream handed to the
+	// slow lane and back (with the fast lane) or retried (without).
+	// Default DefaultRefusals; negative: none.
+	Refusals int
 }
+
+// DefaultRefusals is how many assets' streams the receiver refuses once.
+const DefaultRefusals = 3
+
+// refusedNth is which event of a stream the receiver refuses once: the
+// third, so events before and after it show the hand-over.
+const refusedNth = 3
 
 func (o Options) withDefaults() Options {
 	o.Events = cmp.Or(o.Events, DefaultEvents)
@@ -116,6 +132,7 @@ func (o Options) withDefaults() Options {
 	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
 	o.Writers = cmp.Or(o.Writers, 4)
 	o.Tick = cmp.Or(o.Tick, 250*time.Millisecond)
+	o.Refusals = max(cmp.Or(o.Refusals, DefaultRefusals), 0)
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -225,6 +242,7 @@ func Run(ctx context.Context, env Env, o Options) (*Summary, error) {
 		ln.Close()
 		return nil, err
 	}
+	rcv.Respond = refuseOnce(o.Refusals)
 	// A server span per request, continuing the webhook's traceparent, so
 	// the trace ends in the subscriber's handler.
 	handler := otelhttp.NewHandler(rcv, "demo receiver",
@@ -403,6 +421,31 @@ loop:
 // subscription in the receiver's bookkeeping.
 const receiverPath = "/webhooks"
 
+// refuseOnce answers 500 to the first attempt of the refusedNth event that
+// reaches it of each of the first n assets, and 204 to everything else.
+// Events are counted as they arrive, not by asset_seq: a database that ran
+// demos before continues its assets' sequences.
+func refuseOnce(n int) func(*webhooktest.Request) (int, time.Duration) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	refused := 0
+	return func(rq *webhooktest.Request) (int, time.Duration) {
+		e := rq.Envelope
+		if rq.Attempt != 1 || e.AssetSeq == nil {
+			return http.StatusNoContent, 0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := e.AssetKey()
+		seen[k]++
+		if seen[k] != refusedNth || refused >= n {
+			return http.StatusNoContent, 0
+		}
+		refused++
+		return http.StatusInternalServerError, 0
+	}
+}
+
 // fill completes the summary from the last reading, the receiver and the
 // workload's commit times.
 func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *webhooktest.Receiver, env Env) {
@@ -414,6 +457,16 @@ func fill(ctx context.Context, sum *Summary, p Progress, pl *player, rcv *webhoo
 	sum.Failed = p.Failed
 	sum.Dead = p.Dead
 	sum.Delivered = st.Accepted
+	sum.Refused = st.Refused
+	sum.FastLane = env.FastLane
+	if env.FastLane {
+		// The fast lane writes no delivery rows: every row of the run's
+		// subscription is one the slow lane delivered.
+		if slow, _, err := store.SubscriptionOutcomes(ctx, env.Pool, sum.SubscriptionID); err == nil {
+			sum.DeliveredSlowLane = int(slow)
+			sum.DeliveredFastLane = max(0, sum.Delivered-sum.DeliveredSlowLane)
+		}
+	}
 	sum.Duplicates = st.Duplicates
 	sum.OrderViolations = st.OrderViolations
 	sum.Overlaps = st.Overlaps

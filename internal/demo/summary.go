@@ -38,6 +38,16 @@ type Summary struct {
 	FailedReason string `json:"failed_reason,omitempty"`
 	// Delivered: distinct events the receiver accepted with a valid signature.
 	Delivered int `json:"delivered"`
+	// FastLane: delivered from the topic's partitions (WEBHOOK_FAST_LANE);
+	// DeliveredFastLane of Delivered came straight from Kafka,
+	// DeliveredSlowLane through bridge.deliveries (a stream that was
+	// refused, until its backlog there was empty).
+	FastLane          bool `json:"fast_lane"`
+	DeliveredFastLane int  `json:"delivered_fast_lane"`
+	DeliveredSlowLane int  `json:"delivered_slow_lane"`
+	// Refused: attempts the receiver answered 500 on purpose
+	// (Options.Refusals), each retried to success.
+	Refused int `json:"refused"`
 	// Dead: deliveries that exhausted their retry schedule.
 	Dead int `json:"dead"`
 	// Duplicates: repeated copies the receiver ignored (allowed: at least once).
@@ -134,6 +144,13 @@ func (s *Summary) Print(w io.Writer) error {
 	row("enqueued", fmt.Sprint(s.Enqueued), fmt.Sprintf("in %d transactions", s.Transactions))
 	row("relayed to Kafka", fmt.Sprint(s.Relayed), "marked SENT after the broker's ack")
 	row("delivered", fmt.Sprint(s.Delivered), "distinct webhooks, every signature verified")
+	if s.FastLane {
+		row("  fast lane", fmt.Sprint(s.DeliveredFastLane), "straight from the topic's partitions; PostgreSQL wrote only the attempt log")
+		row("  slow lane", fmt.Sprint(s.DeliveredSlowLane), "streams parked after a refusal, retried from bridge.deliveries, then back to the fast lane")
+	}
+	if s.Refused > 0 {
+		row("refused on purpose", fmt.Sprint(s.Refused), "the receiver answered 500 to these first attempts; each was retried")
+	}
 	failedNote := "parked: the poison event"
 	if s.FailedReason != "" {
 		failedNote = "parked: " + s.FailedReason

@@ -52,6 +52,21 @@ func Subject(topic string) string { return topic + SubjectSuffix }
 // ErrViolation is wrapped by every *ViolationError.
 var ErrViolation = errors.New("payload does not match the topic's schema")
 
+// ErrUnavailable is wrapped by the error of a look-up the registry could
+// not answer (unreachable, timed out, a server error or 429): nothing is
+// wrong with the record, so its reader waits and asks again instead of
+// dead-lettering it. A registry that answers "not found" is an answer.
+var ErrUnavailable = errors.New("schema registry unavailable")
+
+// unavailable tells a registry that could not answer from one that refused.
+func unavailable(err error) bool {
+	var re *sr.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests
+	}
+	return true
+}
+
 // ViolationError says why a payload was refused: the schema (subject,
 // version, id), where in the payload (a JSON pointer) and which rule.
 type ViolationError struct {
@@ -243,6 +258,9 @@ func (r *Registry) byIDLookup(ctx context.Context, id int) (*compiled, error) {
 	}
 	s, err := r.client.SchemaByID(ctx, id)
 	if err != nil {
+		if unavailable(err) {
+			return nil, fmt.Errorf("schema registry %s: schema id %d: %w: %w", r.cfg.URL, id, ErrUnavailable, err)
+		}
 		return nil, fmt.Errorf("schema registry %s: schema id %d: %w", r.cfg.URL, id, err)
 	}
 	return r.compile(sr.SubjectSchema{ID: id, Schema: s})

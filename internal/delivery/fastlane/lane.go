@@ -426,6 +426,12 @@ func (l *Lane) poll(ctx context.Context) {
 		fetches.EachError(func(topic string, partition int32, err error) {
 			l.log.WarnContext(ctx, "fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
+		recs := fetches.Records()
+		decoded, ok := l.decode(ctx, recs)
+		if !ok {
+			l.client.AllowRebalance()
+			return
+		}
 		var bad []*kgo.Record
 		l.mu.Lock()
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
@@ -433,11 +439,11 @@ func (l *Lane) poll(ctx context.Context) {
 				p.highWatermark = f.HighWatermark
 			}
 		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			if !l.take(r) {
+		for i, r := range recs {
+			if !l.take(r, decoded[i]) {
 				bad = append(bad, r)
 			}
-		})
+		}
 		l.mu.Unlock()
 		if len(bad) > 0 {
 			l.deadLetter(ctx, bad)
@@ -446,9 +452,40 @@ func (l *Lane) poll(ctx context.Context) {
 	}
 }
 
+// decodedRecord is a record read by contract.DecodeWith: err is nil or a
+// *contract.DecodeError (the record is dead-lettered).
+type decodedRecord struct {
+	msg contract.Message
+	err error
+}
+
+// decode reads recs outside the lane's lock. A schema registry that cannot
+// answer holds the poll (the partitions' offsets stay where they are and
+// /readyz reports the stall) instead of dead-lettering records that are
+// fine; ok is false when ctx ended meanwhile.
+func (l *Lane) decode(ctx context.Context, recs []*kgo.Record) (out []decodedRecord, ok bool) {
+	out = make([]decodedRecord, len(recs))
+	for i, r := range recs {
+		err := service.Retry(ctx, service.Wait{Name: "decode with the schema registry", Logger: l.log, LogEvery: 10 * time.Second},
+			func(ctx context.Context) error {
+				m, err := contract.DecodeWith(ctx, r, l.cfg.Values)
+				var de *contract.DecodeError
+				if err == nil || errors.As(err, &de) {
+					out[i] = decodedRecord{m, err}
+					return nil
+				}
+				return err
+			})
+		if err != nil {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
 // take routes one record (l.mu held). It reports false for a record that
 // cannot be read: the caller dead-letters it, then settles it.
-func (l *Lane) take(r *kgo.Record) bool {
+func (l *Lane) take(r *kgo.Record, d decodedRecord) bool {
 	p := l.parts[topicPartition{r.Topic, r.Partition}]
 	if p == nil || p.revoked {
 		return true // not ours (any more): its new owner reads it
@@ -457,7 +494,7 @@ func (l *Lane) take(r *kgo.Record) bool {
 		return true // already held
 	}
 	p.next = r.Offset + 1
-	msg, err := contract.DecodeWith(context.Background(), r, l.cfg.Values)
+	msg, err := d.msg, d.err
 	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
 	l.buffered += rec.bytes

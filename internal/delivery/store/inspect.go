@@ -29,17 +29,26 @@ SELECT s.id::text AS subscription_id,
        0::bigint AS attempts_last_hour, 0::bigint AS succeeded_last_hour, 0::bigint AS delivered_last_minute
 FROM bridge.subscriptions s`
 
-// attemptRatesSQL reads the attempts of the last hour: a range on
-// delivery_attempts_started_at (migration 00040) joined to their deliveries.
-// Its cost follows the last hour's traffic (about 0.5 s for 95,000 attempts
-// on a busy 2-core machine), so callers cache it.
+// attemptRatesSQL reads the attempts of the last hour of both lanes: a
+// range on delivery_attempts_started_at (migration 00040) joined to their
+// deliveries (the slow lane), and a range on webhook_attempts_started_at, a
+// BRIN index on the fast lane's append-only log (migration 00290). Its
+// cost follows the last hour's traffic (about 0.5 s for 95,000 attempts on
+// a busy 2-core machine), so callers cache it.
 const attemptRatesSQL = `
-SELECT d.subscription_id::text AS subscription_id, 0::bigint AS pending, 0::bigint AS in_flight, 0::bigint AS dead,
+SELECT a.subscription_id::text AS subscription_id, 0::bigint AS pending, 0::bigint AS in_flight, 0::bigint AS dead,
        count(*) AS attempts_last_hour,
-       count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299) AS succeeded_last_hour,
-       count(*) FILTER (WHERE x.status_code BETWEEN 200 AND 299 AND x.started_at > now() - interval '1 minute') AS delivered_last_minute
-FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
-WHERE x.started_at > now() - interval '1 hour'
+       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299) AS succeeded_last_hour,
+       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299 AND a.started_at > now() - interval '1 minute') AS delivered_last_minute
+FROM (
+  SELECT d.subscription_id, x.status_code, x.started_at
+  FROM bridge.delivery_attempts x JOIN bridge.deliveries d ON d.id = x.delivery_id
+  WHERE x.started_at > now() - interval '1 hour'
+  UNION ALL
+  SELECT w.subscription_id, w.status_code, w.started_at
+  FROM bridge.webhook_attempts w
+  WHERE w.started_at > now() - interval '1 hour'
+) a
 GROUP BY 1`
 
 const countStreamSQL = `
