@@ -54,6 +54,8 @@ type Lane struct {
 	parkedKeys map[streamKey]bool
 	subs       map[string]*subState
 	ready      []*stream // streams whose head may be sent now
+	// times: the member's request durations (isolation's yardstick).
+	times requestTimes
 	// sending are the streams whose head is in flight: what isolateSlow
 	// looks at, rather than every record held.
 	sending map[*stream]struct{}
@@ -268,6 +270,40 @@ type parkInfo struct {
 type subState struct {
 	inFlight int
 	waiting  []*stream
+	// took is the moving average of its requests' durations (see
+	// requestTimes).
+	took time.Duration
+}
+
+// requestTimes are moving averages of request durations: the member's
+// (every subscription's requests) and how many it has seen. Isolation
+// compares a subscription with the member, so that a machine that is
+// slow for everyone (CPU, a saturated member) isolates no one.
+type requestTimes struct {
+	took time.Duration
+	n    int64
+}
+
+// slowerFactor: a subscription is slower than the others when its
+// requests take this many times the member's average.
+const slowerFactor = 10
+
+// minRequestsToJudge: no isolation for slowness before the member has
+// timed this many requests (its average means nothing yet).
+const minRequestsToJudge = 20
+
+// movingAverage moves avg towards d by 1/weight.
+func movingAverage(avg, d time.Duration, weight int64) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/time.Duration(weight)
+}
+
+// slowerThanOthers reports whether d is slowerFactor times the member's
+// average request. l.mu held.
+func (l *Lane) slowerThanOthers(d time.Duration) bool {
+	return l.times.n >= minRequestsToJudge && d >= slowerFactor*l.times.took
 }
 
 // New builds a lane on pool; it connects when Run starts.
@@ -692,6 +728,11 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		return
 	}
 	l.logAttempt(it, res)
+	l.times.took = movingAverage(l.times.took, res.Outcome.Duration, 32)
+	l.times.n++
+	if sub := l.subs[it.sub]; sub != nil {
+		sub.took = movingAverage(sub.took, res.Outcome.Duration, 16)
+	}
 	if it.rec.part.revoked {
 		// The partition moved while the request ran: its new owner sends
 		// the record again (same webhook-id) unless this success was
@@ -754,7 +795,8 @@ func (l *Lane) parkRest(s *stream) {
 }
 
 // isolateSlow looks at the requests in flight: a subscription whose request
-// for a record has been in flight for IsolateAfter (a slow endpoint) is
+// for a record has been in flight for IsolateAfter, and slowerFactor times
+// the member's average request (a slow endpoint, not a slow machine), is
 // handed to the slow lane as a whole on that record's partition for
 // IsolationPeriod, so it stops holding the partition's offset and memory for
 // the other subscriptions. Slow is a request in flight that long — not a
@@ -769,9 +811,9 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		p   *partition
 		sub string
 	}
-	var slow map[partSub]bool
+	var slow map[partSub]string // → why
 	for s := range l.sending {
-		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter {
+		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(now.Sub(s.sentAt)) {
 			continue
 		}
 		p := s.fast[0].rec.part
@@ -779,9 +821,9 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 			continue
 		}
 		if slow == nil {
-			slow = map[partSub]bool{}
+			slow = map[partSub]string{}
 		}
-		slow[partSub{p, s.key.sub}] = true
+		slow[partSub{p, s.key.sub}] = "a request in flight longer than IsolateAfter and slowerFactor × the member's average"
 	}
 	// A subscription that holds a partition's offset: the oldest record
 	// not yet settled has waited HoldLimit, another subscription has
@@ -807,7 +849,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 				continue
 			}
 			sub := l.subs[it.sub]
-			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 {
+			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 || !l.slowerThanOthers(sub.took) {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
@@ -819,13 +861,13 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		}
 		for _, sub := range holders {
 			if slow == nil {
-				slow = map[partSub]bool{}
+				slow = map[partSub]string{}
 			}
-			slow[partSub{p, sub}] = true
+			slow[partSub{p, sub}] = "at its in-flight cap with streams waiting, holding the partition's oldest record past HoldLimit"
 		}
 	}
-	for ps := range slow {
-		l.isolate(ctx, ps.p, ps.sub, now)
+	for ps, why := range slow {
+		l.isolate(ctx, ps.p, ps.sub, now, why)
 	}
 	return nil
 }
@@ -843,7 +885,7 @@ func (l *Lane) oldestUnsettled(p *partition) *record {
 
 // isolate hands sub's streams on p to the slow lane: at once for those with
 // nothing in flight, after the head for the others. l.mu held.
-func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time) {
+func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time, why string) {
 	p.isolated[sub] = now.Add(l.cfg.IsolationPeriod)
 	streams := 0
 	for key, s := range l.streams {
@@ -858,8 +900,8 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 		}
 	}
 	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
-		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams,
-		"after", l.cfg.IsolateAfter, "for", l.cfg.IsolationPeriod)
+		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", why,
+		"member_average_request", l.times.took, "for", l.cfg.IsolationPeriod)
 }
 
 // route returns the subscription id's route (nil: deleted). l.mu held.

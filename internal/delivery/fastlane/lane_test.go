@@ -343,3 +343,20 @@ func TestFastLaneNeverIsolatesASubscriptionUnderItsCap(t *testing.T) {
 		}
 	}
 }
+
+// Isolation compares a subscription with the others: when every endpoint is
+// slow (or the machine is, for every request), requests in flight past
+// IsolateAfter isolate no one — moving everything to PostgreSQL would only
+// make the member slower.
+func TestFastLaneIsolatesNoOneWhenEveryRequestIsSlow(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(*webhooktest.Request) (int, time.Duration) { return http.StatusNoContent, 400 * time.Millisecond }
+	l, _ := w.lane(t, func(c *Config) { c.IsolateAfter = 300 * time.Millisecond })
+	as := assets(10)
+	w.produce(t, as, 12)
+	w.waitAccepted(t, len(w.subs)*len(as)*12, 60*time.Second)
+	w.checkClean(t)
+	if st := l.Stats(); st.HandedOver != 0 || st.Delivered < minRequestsToJudge {
+		t.Errorf("stats %+v: want every delivery from the fast lane (and enough of them to judge), none handed over", st)
+	}
+}
