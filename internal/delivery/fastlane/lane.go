@@ -951,7 +951,12 @@ func (l *Lane) flushLog(ctx context.Context) error {
 	if len(as) == 0 && len(forgive) == 0 {
 		return nil
 	}
-	err := l.store.LogFastAttempts(ctx, as, forgive)
+	// A flush under way finishes even when the lane is stopping (its
+	// context is cancelled then): cut short, its lines would be lost, and
+	// the last flush at shutdown only takes what is still queued.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := l.store.LogFastAttempts(wctx, as, forgive)
 	clear(as) // no strings kept alive by the spare buffer
 	l.mu.Lock()
 	if l.spareAttempts == nil {
