@@ -54,8 +54,6 @@ type Lane struct {
 	parkedKeys map[streamKey]bool
 	subs       map[string]*subState
 	ready      []*stream // streams whose head may be sent now
-	// times: the member's request durations (isolation's yardstick).
-	times requestTimes
 	// sending are the streams whose head is in flight: what isolateSlow
 	// looks at, rather than every record held.
 	sending map[*stream]struct{}
@@ -270,27 +268,19 @@ type parkInfo struct {
 type subState struct {
 	inFlight int
 	waiting  []*stream
-	// took is the moving average of its requests' durations (see
-	// requestTimes).
-	took time.Duration
-}
-
-// requestTimes are moving averages of request durations: the member's
-// (every subscription's requests) and how many it has seen. Isolation
-// compares a subscription with the member, so that a machine that is
-// slow for everyone (CPU, a saturated member) isolates no one.
-type requestTimes struct {
+	// took is the moving average of its requests' durations, over n
+	// requests so far: isolation's yardstick (see slowerThanOthers).
 	took time.Duration
 	n    int64
 }
 
-// slowerFactor: a subscription is slower than the others when its
-// requests take this many times the member's average.
+// slowerFactor: a subscription is slower than the others when its requests
+// take this many times theirs.
 const slowerFactor = 10
 
-// minRequestsToJudge: no isolation for slowness before the member has
-// timed this many requests (its average means nothing yet).
-const minRequestsToJudge = 20
+// minRequestsToJudge: a subscription's average counts as a yardstick once
+// it has timed this many requests.
+const minRequestsToJudge = 5
 
 // movingAverage moves avg towards d by 1/weight.
 func movingAverage(avg, d time.Duration, weight int64) time.Duration {
@@ -300,10 +290,22 @@ func movingAverage(avg, d time.Duration, weight int64) time.Duration {
 	return avg + (d-avg)/time.Duration(weight)
 }
 
-// slowerThanOthers reports whether d is slowerFactor times the member's
-// average request. l.mu held.
-func (l *Lane) slowerThanOthers(d time.Duration) bool {
-	return l.times.n >= minRequestsToJudge && d >= slowerFactor*l.times.took
+// slowerThanOthers reports whether d is slowerFactor times the median of
+// the other subscriptions' average requests. Isolation compares a
+// subscription with the others, so that an endpoint slow for everyone, or
+// a machine slow for every request, isolates no one. l.mu held.
+func (l *Lane) slowerThanOthers(sub string, d time.Duration) bool {
+	var others []time.Duration
+	for id, st := range l.subs {
+		if id != sub && st.n >= minRequestsToJudge {
+			others = append(others, st.took)
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	slices.Sort(others)
+	return d >= slowerFactor*others[len(others)/2]
 }
 
 // New builds a lane on pool; it connects when Run starts.
@@ -728,10 +730,9 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		return
 	}
 	l.logAttempt(it, res)
-	l.times.took = movingAverage(l.times.took, res.Outcome.Duration, 32)
-	l.times.n++
 	if sub := l.subs[it.sub]; sub != nil {
 		sub.took = movingAverage(sub.took, res.Outcome.Duration, 16)
+		sub.n++
 	}
 	if it.rec.part.revoked {
 		// The partition moved while the request ran: its new owner sends
@@ -796,7 +797,8 @@ func (l *Lane) parkRest(s *stream) {
 
 // isolateSlow looks at the requests in flight: a subscription whose request
 // for a record has been in flight for IsolateAfter, and slowerFactor times
-// the member's average request (a slow endpoint, not a slow machine), is
+// the other subscriptions' average request (a slow endpoint, not a slow
+// machine), is
 // handed to the slow lane as a whole on that record's partition for
 // IsolationPeriod, so it stops holding the partition's offset and memory for
 // the other subscriptions. Slow is a request in flight that long — not a
@@ -813,7 +815,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 	}
 	var slow map[partSub]string // → why
 	for s := range l.sending {
-		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(now.Sub(s.sentAt)) {
+		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(s.key.sub, now.Sub(s.sentAt)) {
 			continue
 		}
 		p := s.fast[0].rec.part
@@ -823,7 +825,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		if slow == nil {
 			slow = map[partSub]string{}
 		}
-		slow[partSub{p, s.key.sub}] = "a request in flight longer than IsolateAfter and slowerFactor × the member's average"
+		slow[partSub{p, s.key.sub}] = "a request in flight longer than IsolateAfter and slowerFactor × the other subscriptions' average"
 	}
 	// A subscription that holds a partition's offset: the oldest record
 	// not yet settled has waited HoldLimit, another subscription has
@@ -849,7 +851,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 				continue
 			}
 			sub := l.subs[it.sub]
-			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 || !l.slowerThanOthers(sub.took) {
+			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
@@ -901,7 +903,7 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 	}
 	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
 		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", why,
-		"member_average_request", l.times.took, "for", l.cfg.IsolationPeriod)
+		"for", l.cfg.IsolationPeriod)
 }
 
 // route returns the subscription id's route (nil: deleted). l.mu held.
