@@ -19,6 +19,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/config"
 	"github.com/outboxbridge/bridge/internal/contract"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/opsserver"
@@ -54,11 +55,17 @@ type Config struct {
 	// Schemas is the schema registry (SCHEMA_REGISTRY_URL); nil: the
 	// schema endpoints answer 404 naming the variable.
 	Schemas *schema.Registry
+	// KafkaWindow is where recover reads a window from Kafka when the fast
+	// lane is on (WEBHOOK_FAST_LANE); nil: recover reads bridge.deliveries
+	// only. KafkaWindowErr is why it could not be built (recover then
+	// answers 500 naming it rather than silently reading the rows only).
+	KafkaWindow    *kafkawindow.Source
+	KafkaWindowErr error
 }
 
 // FromConfig is the API's Config from the bridge configuration.
 func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Config {
-	return Config{
+	c := Config{
 		Token:       cfg.HTTP.AdminToken,
 		Pool:        pool,
 		AllowHTTP:   cfg.Webhook.AllowHTTP,
@@ -71,6 +78,12 @@ func FromConfig(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) Con
 		OperationsTopic: cfg.Operations.Topic,
 		Schemas:         schemaRegistry(cfg, logger),
 	}
+	var values contract.ValueDecoder
+	if c.Schemas != nil {
+		values = c.Schemas
+	}
+	c.KafkaWindow, c.KafkaWindowErr = kafkawindow.SourceFromConfig(cfg, values, logger)
+	return c
 }
 
 // schemaRegistry is the registry at SCHEMA_REGISTRY_URL, nil when unset.
@@ -132,6 +145,8 @@ type adminAPI struct {
 	metrics     AuthMetrics
 	routes      *http.ServeMux
 	schemas     *schema.Registry
+	kafkaWindow *kafkawindow.Source
+	kafkaErr    error
 }
 
 func newAPI(cfg Config) *adminAPI {
@@ -144,6 +159,8 @@ func newAPI(cfg Config) *adminAPI {
 		metrics:     cfg.Metrics,
 		routes:      http.NewServeMux(),
 		schemas:     cfg.Schemas,
+		kafkaWindow: cfg.KafkaWindow,
+		kafkaErr:    cfg.KafkaWindowErr,
 	}
 	a.subs.Operations = cfg.OperationsTopic
 	if a.log == nil {

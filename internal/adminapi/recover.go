@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/audit"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -20,6 +21,10 @@ type recoverRequest struct {
 type recoverResponse struct {
 	Recovered int     `json:"recovered"`
 	IDs       []int64 `json:"ids"`
+	// With the fast lane on: records of the window read from Kafka, and the
+	// events of them queued (those the subscription had no delivery of).
+	ReadFromKafka   *int `json:"read_from_kafka,omitempty"`
+	QueuedFromKafka *int `json:"queued_from_kafka,omitempty"`
 }
 
 // recoverDeliveries revives every dead delivery of a subscription created
@@ -56,17 +61,31 @@ func (a *adminAPI) recoverDeliveries(w http.ResponseWriter, r *http.Request) err
 		}
 		return err
 	}
-	if _, err := a.subs.Get(r.Context(), id); err != nil {
+	sub, err := a.subs.Get(r.Context(), id)
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return badRequest("subscription_id", err.Error())
 		}
 		return err
 	}
-	ids, err := a.deliveries.RecoverWindow(r.Context(), id, win)
+	if a.kafkaErr != nil {
+		return fmt.Errorf("recover reads the window from Kafka (WEBHOOK_FAST_LANE=true), whose client could not be set up: %w", a.kafkaErr)
+	}
+	rec, err := kafkawindow.RecoverWindow(r.Context(), a.pool, a.deliveries, a.kafkaWindow, sub, win)
+	var re *kafkawindow.RetentionError
+	if errors.As(err, &re) {
+		return badRequest("since", err.Error())
+	}
 	if err != nil {
 		return err
 	}
-	a.audit(r, audit.DeliveriesRecover, id, audit.WindowScope(win.Since, win.Until), int64(len(ids)))
-	writeJSON(w, http.StatusOK, recoverResponse{Recovered: len(ids), IDs: ids})
+	resp := recoverResponse{Recovered: len(rec.IDs), IDs: rec.IDs}
+	changed := int64(len(rec.IDs))
+	if rec.Kafka != nil {
+		resp.ReadFromKafka, resp.QueuedFromKafka = &rec.Kafka.Read, &rec.Kafka.Queued
+		changed += int64(rec.Kafka.Queued)
+	}
+	a.audit(r, audit.DeliveriesRecover, id, audit.WindowScope(win.Since, win.Until), changed)
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -2,12 +2,14 @@ package adminapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outboxbridge/bridge/internal/audit"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -126,6 +128,9 @@ func (a *adminAPI) createSubscription(w http.ResponseWriter, r *http.Request) er
 	}
 	if in.EventTypes == nil {
 		return badRequest("event_types", "is required: exact names, prefix.* wildcards or *")
+	}
+	if err := a.checkHistory(r.Context(), in); err != nil {
+		return err
 	}
 	sub, err := a.subs.Create(r.Context(), in)
 	if err != nil {
@@ -249,5 +254,23 @@ func (a *adminAPI) disableSubscription(w http.ResponseWriter, r *http.Request) e
 // or {} is accepted, anything else is a field the endpoint does not know.
 func noInput(w http.ResponseWriter, r *http.Request) error {
 	_, err := body[struct{}](w, r, true)
+	return err
+}
+
+// checkHistory refuses, with the fast lane on, a history (since) that
+// reaches past what the topics still hold: the copy reads them by time.
+func (a *adminAPI) checkHistory(ctx context.Context, in store.SubscriptionInput) error {
+	if in.Since == nil || a.kafkaWindow == nil {
+		return nil
+	}
+	topic := ""
+	if in.Topic != nil {
+		topic = *in.Topic
+	}
+	err := a.kafkaWindow.CheckSince(ctx, topic, *in.Since)
+	var re *kafkawindow.RetentionError
+	if errors.As(err, &re) {
+		return badRequest("since", err.Error())
+	}
 	return err
 }

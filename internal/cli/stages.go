@@ -13,6 +13,7 @@ import (
 	"github.com/outboxbridge/bridge/internal/contract"
 	"github.com/outboxbridge/bridge/internal/delivery"
 	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/kafkaclient"
 	"github.com/outboxbridge/bridge/internal/progress"
 	"github.com/outboxbridge/bridge/internal/relay"
@@ -310,6 +311,16 @@ func newDeliverer(cfg *config.Config, rt *runtime) (*delivery.Deliverer, error) 
 	dc.Metrics = rt.DeliveryMetrics
 	dc.OperationsTopic = cfg.Operations.Topic
 	dc.Keys = cfg.Secrets.Ring()
+	if cfg.Webhook.FastLane {
+		// Delivered events have no rows: history is read from the topics.
+		values, err := valueDecoder(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if dc.HistoryFromKafka, err = kafkawindow.SourceFromConfig(cfg, values, rt.Logger); err != nil {
+			return nil, err
+		}
+	}
 	d, err := delivery.NewDeliverer(rt.Pool, dc)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
 
@@ -112,6 +113,27 @@ func newSubCreateCmd() *cobra.Command {
 			return UsageErrorf("--event-types is required (exact names, prefix.* or *)")
 		}
 		return withSecretsDB(cmd.Context(), func(cfg *config.Config, pool *pgxpool.Pool) error {
+			if in.Since != nil {
+				// With the fast lane on the history is read from the
+				// topics: refuse one that reaches past their retention.
+				src, err := recoverSource(cfg)
+				if err != nil {
+					return err
+				}
+				topic := ""
+				if in.Topic != nil {
+					topic = *in.Topic
+				}
+				if src != nil {
+					if err := src.CheckSince(cmd.Context(), topic, *in.Since); err != nil {
+						var re *kafkawindow.RetentionError
+						if errors.As(err, &re) {
+							return usageError{fmt.Errorf("--since: %w", err)}
+						}
+						return err
+					}
+				}
+			}
 			sub, err := subscriptionStore(cfg, pool).Create(cmd.Context(), in)
 			if err != nil {
 				return err

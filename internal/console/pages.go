@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/audit"
 	"github.com/outboxbridge/bridge/internal/database/statement"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/jaegerquery"
 	"github.com/outboxbridge/bridge/internal/outboxstore"
@@ -705,13 +706,30 @@ func (c *Console) recover(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, link("/ui/deliveries/recover", filterValues(r.PostForm, "subscription", "since", "until")), http.StatusSeeOther)
 		return nil
 	}
-	ids, err := c.actions.RecoverWindow(r.Context(), sub.ID, win)
+	// With the fast lane on the window is also read from the topics; the
+	// rule is kafkawindow.RecoverWindow's, as for the CLI and the API.
+	if c.cfg.KafkaWindowErr != nil {
+		return fmt.Errorf("recover reads the window from Kafka (WEBHOOK_FAST_LANE=true), whose client could not be set up: %w", c.cfg.KafkaWindowErr)
+	}
+	rec, err := kafkawindow.RecoverWindow(r.Context(), c.pool, c.actions, c.cfg.KafkaWindow, sub, win)
+	var re *kafkawindow.RetentionError
+	if errors.As(err, &re) {
+		return errorStatus(http.StatusBadRequest, "Nothing revived: "+err.Error())
+	}
 	if err != nil {
 		return err
 	}
-	c.audit(r, audit.DeliveriesRecover, sub.ID, audit.WindowScope(win.Since, win.Until), int64(len(ids)))
-	c.setFlash(sessionFrom(r.Context()), fmt.Sprintf("Recovered %s (%s): pending again, with a fresh retry budget, in their original order.",
-		plural(len(ids), "dead delivery", "dead deliveries"), audit.WindowScope(win.Since, win.Until)))
+	ids := rec.IDs
+	changed := int64(len(ids))
+	msg := fmt.Sprintf("Recovered %s (%s): pending again, with a fresh retry budget, in their original order.",
+		plural(len(ids), "dead delivery", "dead deliveries"), audit.WindowScope(win.Since, win.Until))
+	if rec.Kafka != nil {
+		changed += int64(rec.Kafka.Queued)
+		msg += fmt.Sprintf(" From Kafka: %s of the window read, %s queued again (those the subscription had no delivery of), in asset order.",
+			plural(rec.Kafka.Read, "record", "records"), plural(rec.Kafka.Queued, "event", "events"))
+	}
+	c.audit(r, audit.DeliveriesRecover, sub.ID, audit.WindowScope(win.Since, win.Until), changed)
+	c.setFlash(sessionFrom(r.Context()), msg)
 	http.Redirect(w, r, link("/ui/deliveries", url.Values{"subscription": {sub.ID}, "status": {store.StatusPending}}), http.StatusSeeOther)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxbridge/bridge/internal/config"
+	"github.com/outboxbridge/bridge/internal/delivery/kafkawindow"
 	"github.com/outboxbridge/bridge/internal/keyring"
 	"github.com/outboxbridge/bridge/internal/service"
 )
@@ -114,6 +115,10 @@ type Config struct {
 	// always wait for the flush: a death has been logged, counted and
 	// traced, and a disable told to the operator, when it returns.
 	SyncSuccessCommit bool
+	// HistoryFromKafka, set when the fast lane is on, is where the history
+	// of subscriptions created with --since is read: the topics, by time.
+	// nil: the retained outbox rows.
+	HistoryFromKafka *kafkawindow.Source
 }
 
 // Metrics is the hook the Deliverer reports through; metrics.Deliveries

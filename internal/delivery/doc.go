@@ -1,6 +1,21 @@
-// Package delivery is the delivery engine: the Deliverer (claim loop, worker
-// pool, outcome recording, reclaim, release on shutdown, retention), the
-// SSRF-safe HTTP client, Standard Webhooks signing and the retry schedule.
+// Package delivery is the delivery engine (the slow lane when the fast lane
+// is on): the Deliverer, the SSRF-safe HTTP client, Standard Webhooks
+// signing and the retry schedule.
+//
+// The Deliverer's background work is one Service per job under one
+// supervisor (Supervise), each with its own config struct and defaults:
+//
+//   - the delivery pipeline (pipeline.go): claim loops (claim.go), workers
+//     (send.go) and outcome recorders (record.go), sharing one budget of
+//     claim slots and bytes and one ordered shutdown;
+//   - Notifier (notify.go): LISTEN bridge_deliveries, waking the claim loops;
+//   - Reclaimer (reclaim.go): stalled claims back to pending, attempt kept;
+//   - Retention (retention.go): delivered rows and idle streams past
+//     WEBHOOK_RETENTION, in batches;
+//   - HistoryCopier (history.go): the history of subscriptions created with
+//     --since.
+//
+// Run releases the claims still held once every service has returned.
 // Its tables — subscriptions, secrets, deliveries, delivery streams and the
 // attempt log — are owned by the store subpackage (internal/delivery/store),
 // where every statement over them lives.

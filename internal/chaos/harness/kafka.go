@@ -296,6 +296,7 @@ func (l *launch) start() error {
 		return err
 	}
 	defer f.Close()
+	keepInheritedFDsFromChildren()
 	cmd := exec.Command(l.argv[0], l.argv[1:]...)
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = l.env, l.dir, f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

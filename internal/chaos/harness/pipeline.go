@@ -653,3 +653,21 @@ func ReadTopic(ctx context.Context, brokers []string, topic string) ([]judge.Kaf
 	}
 	return out, nil
 }
+
+// Scan runs one query of the judge's kind (outside the bridge) on the
+// application's pool and scans its one row into dest.
+func (p *Pipeline) Scan(ctx context.Context, sql string, dest ...any) error {
+	return p.appPool.QueryRow(ctx, sql).Scan(dest...)
+}
+
+// FastLane reports whether the run's deliverers run the fast lane
+// (WEBHOOK_FAST_LANE=true): a member's successor then replays the events it
+// had not committed past (judge.Evidence.ReplaysAllowed).
+func (p *Pipeline) FastLane() bool {
+	for _, e := range p.Env {
+		if e == "WEBHOOK_FAST_LANE=true" {
+			return true
+		}
+	}
+	return false
+}

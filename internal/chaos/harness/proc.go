@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,6 +98,7 @@ func (p *Proc) spawn() error {
 		return err
 	}
 	defer f.Close()
+	keepInheritedFDsFromChildren()
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -246,4 +248,22 @@ func (p *Proc) LogTail(n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// keepInheritedFDsFromChildren marks every descriptor this process
+// inherited (fd 3 and up) close-on-exec. Go passes a child only stdin,
+// stdout and stderr, but a descriptor inherited without close-on-exec — the
+// lock of `flock LOCK go test ...` — would stay open in every broker or
+// bridge process the harness starts, and a broker that outlives the test
+// would hold that lock for good.
+func keepInheritedFDsFromChildren() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -89,6 +89,14 @@ type Evidence struct {
 	// whose faults are all on the Kafka side leave it false: there the
 	// idempotent producer must never write a record twice.
 	SessionDuplicatesAllowed bool
+	// ReplaysAllowed: a member that dies makes its successor read its
+	// partitions again from the committed offset (the fast lane), so the
+	// events it had sent and not yet committed past are sent again — a
+	// suffix of a stream replayed in order, same webhook-ids and bodies. A
+	// request for an event already acknowledged then counts as Replayed, not
+	// as an order violation. An event acknowledged for the first time after a
+	// later one of its stream still breaks the order.
+	ReplaysAllowed bool
 }
 
 // Verdict is the judge's count of each kind of broken promise, plus figures.
@@ -115,6 +123,10 @@ type Verdict struct {
 	// session with the same dedup-id (allowed only with
 	// SessionDuplicatesAllowed; the consumer's inbox drops them).
 	Reproduced int
+	// Replayed: requests for an event already acknowledged, made after a
+	// later event of its stream was acknowledged (allowed only with
+	// ReplaysAllowed).
+	Replayed int
 	// OrderViolations: a request for an event older than one already
 	// acknowledged in its (subscription, asset) stream; or, in the topic, an
 	// asset whose first copies are not in asset-seq order.
@@ -140,10 +152,10 @@ func (v Verdict) Broken() bool {
 
 func (v Verdict) String() string {
 	return fmt.Sprintf("committed %d, rolled back %d, receipts %d: lost %d (kafka %d), rolled-back published %d, "+
-		"duplicates %d (redeliveries with the same id %d, re-produced %d), order violations %d, two-in-flight %d, bad signatures %d, "+
+		"duplicates %d (redeliveries with the same id %d, re-produced %d, replayed %d), order violations %d, two-in-flight %d, bad signatures %d, "+
 		"FAILED %d, dead %d, not sent %d",
 		v.Committed, v.RolledBack, v.Receipts, v.Lost, v.LostInKafka, v.RolledBackPublished,
-		v.Duplicates, v.Redeliveries, v.Reproduced, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
+		v.Duplicates, v.Redeliveries, v.Reproduced, v.Replayed, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
 		v.Failed, v.Dead, v.NotSent)
 }
 
@@ -260,7 +272,10 @@ func Judge(ev Evidence) Verdict {
 		if r.End.After(lastEnd[k]) {
 			lastEnd[k], lastID[k] = r.End, r.WebhookID
 		}
-		if m, ok := maxAcked[k]; ok && seq < m {
+		_, ackedBefore := acked[k][r.env.ID]
+		if m, ok := maxAcked[k]; ok && seq < m && ev.ReplaysAllowed && ackedBefore {
+			v.Replayed++
+		} else if ok && seq < m {
 			c.add("order violations", &v.OrderViolations, "stream %s/%s: asset_seq %d (%s) requested after %d was acknowledged",
 				k.sub, k.asset, seq, r.WebhookID, m)
 		}

@@ -192,3 +192,46 @@ func TestAllowedRepeats(t *testing.T) {
 		t.Fatalf("a same-session copy after a lost mark: %s", v.Summary())
 	}
 }
+
+// A successor's replay of a stream's suffix (the fast lane after a member
+// died: events already acknowledged sent again, after a later one was
+// acknowledged) breaks the order by default and is allowed, counted, with
+// ReplaysAllowed; a first acknowledgment out of order is caught either way.
+func TestReplayOfAcknowledgedEventsOnlyWhenAllowed(t *testing.T) {
+	replay := func(t *testing.T) Evidence {
+		ev := clean(t)
+		i, j := find(t, ev, "a", "ev-02"), find(t, ev, "a", "ev-03")
+		last := ev.Receipts[i].End
+		for _, r := range ev.Receipts {
+			if r.End.After(last) {
+				last = r.End
+			}
+		}
+		// ev-02 and ev-03 again, in order, after everything else.
+		for n, k := range []int{i, j} {
+			again := ev.Receipts[k]
+			again.Start = last.Add(time.Duration(2*n+1) * time.Millisecond)
+			again.End = again.Start.Add(time.Millisecond)
+			ev.Receipts = append(ev.Receipts, again)
+		}
+		return ev
+	}
+	if v := Judge(replay(t)); v.OrderViolations == 0 {
+		t.Fatalf("a replay must be an order violation unless allowed: %s", v.Summary())
+	}
+	ev := replay(t)
+	ev.ReplaysAllowed = true
+	if v := Judge(ev); v.Broken() || v.Replayed == 0 {
+		t.Fatalf("an allowed replay judged: %s", v.Summary())
+	}
+	ev = clean(t)
+	ev.ReplaysAllowed = true
+	i, j := find(t, ev, "a", "ev-02"), find(t, ev, "a", "ev-03")
+	ri, rj := ev.Receipts[i], ev.Receipts[j]
+	ri.Start, rj.Start = rj.Start, ri.Start
+	ri.End, rj.End = rj.End, ri.End
+	ev.Receipts[i], ev.Receipts[j] = ri, rj
+	if v := Judge(ev); v.OrderViolations == 0 {
+		t.Fatalf("two first acknowledgments swapped must be caught with replays allowed: %s", v.Summary())
+	}
+}

@@ -398,10 +398,7 @@ func (l *Lane) Run(ctx context.Context) error {
 		service.Every(bg, service.Loop{Name: "read subscriptions and park markers", Interval: l.cfg.RefreshInterval,
 			Timeout: 30 * time.Second, Logger: l.log}, l.refresh)
 	})
-	services.Go(func() {
-		service.Every(bg, service.Loop{Name: "attempt log partitions", Interval: time.Hour, Immediate: true,
-			Timeout: time.Minute, Logger: l.log}, l.maintainPartitions)
-	})
+	services.Go(func() { l.partitions().Run(bg) })
 	services.Go(func() {
 		service.Every(bg, service.Loop{Name: "isolate slow subscriptions", Interval: l.cfg.CommitInterval, Logger: l.log}, l.isolateSlow)
 	})
@@ -1374,17 +1371,12 @@ func (l *Lane) refresh(ctx context.Context) error {
 	return nil
 }
 
-// maintainPartitions keeps day partitions of the attempt log ahead of now
-// and drops those past retention.
-func (l *Lane) maintainPartitions(ctx context.Context) error {
-	if err := l.store.EnsureAttemptPartitions(ctx, time.Now(), 2); err != nil {
-		return err
-	}
-	dropped, err := l.store.DropAttemptPartitions(ctx, time.Now().Add(-l.cfg.AttemptRetention))
-	if len(dropped) > 0 {
-		l.log.InfoContext(ctx, "dropped attempt log partitions past retention", "partitions", dropped)
-	}
-	return err
+// maintainPartitions is one round of the AttemptPartitions service.
+func (l *Lane) maintainPartitions(ctx context.Context) error { return l.partitions().RunOnce(ctx) }
+
+// partitions is the lane's AttemptPartitions service.
+func (l *Lane) partitions() *AttemptPartitions {
+	return NewAttemptPartitions(l.store, AttemptPartitionsConfig{Retention: l.cfg.AttemptRetention, Logger: l.log})
 }
 
 // deadLetter produces unreadable records to "<topic>.dlq" (as the consumer

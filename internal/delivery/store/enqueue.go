@@ -100,6 +100,20 @@ func Enqueue(ctx context.Context, q Querier, f *Fanout) error {
 	return nil
 }
 
+// EnqueueCount is Enqueue returning how many deliveries were written (a
+// pair whose (subscription, event) already has a row writes none).
+func EnqueueCount(ctx context.Context, q Querier, f *Fanout) (int64, error) {
+	if f.Len() == 0 {
+		return 0, nil
+	}
+	tag, err := q.Exec(ctx, insertDeliveriesSQL, f.eventID, f.eventType, f.topic, f.assetID, f.assetSeq,
+		f.payload, f.createdAt, f.traceparent, f.tracestate, f.pairEvent, f.pairSub)
+	if err != nil {
+		return 0, fmt.Errorf("insert deliveries: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // QueueEnqueue queues Enqueue's statement on b, for a caller that sends it
 // with its commit in one round trip (the consumer). Nothing is queued for an
 // empty fan-out.

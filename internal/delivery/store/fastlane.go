@@ -21,9 +21,18 @@ import (
 
 // fastRoutesSQL is every subscription as the fast lane needs it: its routing
 // rule, where to post and the secrets that sign now (newest first).
+//
+// rate_limit > 0 makes the fast lane park every stream of the subscription
+// on sight (the slow lane serves it). A subscription whose history
+// (create --since) is still being copied reports 1 when it has no limit:
+// its live events must queue behind its history, which the slow lane holds
+// back until the copy is done; sent from the fast lane they would go out
+// before older events of their asset. Once the copy is done its streams
+// come back to the fast lane as any parked stream does.
 const fastRoutesSQL = `
 SELECT c.id::text AS id, c.enabled, c.event_types, coalesce(c.topic, '') AS topic, c.url,
-       coalesce(c.rate_limit, 0) AS rate_limit,
+       CASE WHEN c.history_since IS NOT NULL AND c.history_done_at IS NULL THEN greatest(coalesce(c.rate_limit, 0), 1)
+            ELSE coalesce(c.rate_limit, 0) END AS rate_limit,
        ARRAY(SELECT k.secret FROM bridge.subscription_secrets k
              WHERE k.subscription_id = c.id AND (k.expires_at IS NULL OR k.expires_at > now())
              ORDER BY k.id DESC) AS secrets

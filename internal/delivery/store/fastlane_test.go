@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/outboxbridge/bridge/internal/testkit"
 )
 
 func (b *testBundle) parks(t *testing.T) int {
@@ -151,5 +153,61 @@ func TestAttemptLogPartitionsAreCreatedAndDropped(t *testing.T) {
 	}
 	if rows != 0 {
 		t.Fatalf("%d attempt rows left after their day was dropped", rows)
+	}
+}
+
+// Partition upkeep has no leader: every member runs it, advisory lock
+// 7411006 only serialises their DDL for one transaction. A member killed
+// while it holds the lock (its backend terminated mid-upkeep, as a SIGKILL
+// of the process ends its session) releases it, and the upkeep another
+// member was waiting to run goes on and creates the partitions.
+func TestPartitionUpkeepGoesOnWhenTheMemberHoldingItsLockDies(t *testing.T) {
+	b, ctx := setup(t)
+	holder, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // its session is terminated below
+	var holderPID int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, attemptPartitionsLock); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2031, 5, 20, 12, 0, 0, 0, time.UTC)
+	done := make(chan error, 1)
+	go func() { done <- b.store.EnsureAttemptPartitions(ctx, day, 1) }()
+	// The other member's upkeep waits on the lock.
+	testkit.Eventually(t, 10*time.Second, func() string {
+		var waiting int
+		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7411006 AND NOT granted`).Scan(&waiting)
+		return testkit.Unless(waiting == 1, "no upkeep waiting on advisory lock 7411006")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("upkeep ran while another member held the lock (err %v)", err)
+	default:
+	}
+	var killed bool
+	if err := b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, holderPID).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the lock holder's session: %v %v", killed, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("upkeep after the holder died: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("upkeep still waiting 30 s after the lock holder died")
+	}
+	var parts int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'bridge.webhook_attempts'::regclass
+		AND c.relname IN ('webhook_attempts_20310519', 'webhook_attempts_20310520', 'webhook_attempts_20310521')`).Scan(&parts); err != nil {
+		t.Fatal(err)
+	}
+	if parts != 3 {
+		t.Fatalf("%d of the 3 day partitions around %s exist after the surviving member's upkeep", parts, day.Format(time.DateOnly))
 	}
 }

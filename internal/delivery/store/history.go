@@ -265,3 +265,68 @@ func HistoryRemaining(ctx context.Context, db DB) (map[string]int64, error) {
 	}
 	return out, nil
 }
+
+// HistoryJob is a subscription whose history is still to copy, for a copy
+// that reads it from Kafka (the fast lane's installations: kafkawindow).
+type HistoryJob struct {
+	SubscriptionID string    `db:"id"`
+	EventTypes     []string  `db:"event_types"`
+	Topic          string    `db:"topic"`
+	Since          time.Time `db:"history_since"`
+	// AgeSeconds is how long ago the subscription was created, by the
+	// database's clock (the one its created_at is written by).
+	AgeSeconds float64 `db:"age"`
+}
+
+// pendingHistorySQL is the oldest subscription whose history is not done.
+const pendingHistorySQL = `
+SELECT s.id::text AS id, s.event_types, coalesce(s.topic, '') AS topic, s.history_since,
+       extract(epoch FROM now() - s.created_at)::float8 AS age
+FROM bridge.subscriptions s
+WHERE s.history_since IS NOT NULL AND s.history_done_at IS NULL
+ORDER BY s.created_at
+LIMIT 1`
+
+// PendingHistory returns the oldest subscription whose history is still to
+// copy; ok is false when there is none.
+func (s *DeliveryStore) PendingHistory(ctx context.Context) (j HistoryJob, ok bool, err error) {
+	rows, err := s.db.Query(ctx, pendingHistorySQL)
+	if err != nil {
+		return j, false, fmt.Errorf("find a subscription history to copy: %w", err)
+	}
+	js, err := pgx.CollectRows(rows, pgx.RowToStructByName[HistoryJob])
+	if err != nil || len(js) == 0 {
+		return j, false, err
+	}
+	return js[0], true, nil
+}
+
+// InsertHistory writes f's events as history deliveries of subscriptionID
+// (insertHistorySQL: numbered below every live delivery, a live one already
+// written renumbered into the history's place). Writing the same events
+// again is harmless: each is renumbered, in f's order, and never doubled.
+func InsertHistory(ctx context.Context, q Querier, subscriptionID string, f *Fanout) (int64, error) {
+	if len(f.eventID) == 0 {
+		return 0, nil
+	}
+	tag, err := q.Exec(ctx, insertHistorySQL, subscriptionID, f.eventID, f.eventType, f.topic, f.assetID, f.assetSeq,
+		f.payload, f.createdAt, f.traceparent, f.tracestate)
+	if err != nil {
+		return 0, fmt.Errorf("copy subscription history: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+const finishHistorySQL = `
+UPDATE bridge.subscriptions
+SET history_copied = $2, history_done_at = now(), updated_at = now()
+WHERE id = $1 AND history_done_at IS NULL`
+
+// FinishHistory marks a subscription's history copied (copied deliveries):
+// from its commit the claim serves the subscription.
+func (s *DeliveryStore) FinishHistory(ctx context.Context, subscriptionID string, copied int64) error {
+	if _, err := s.db.Exec(ctx, finishHistorySQL, subscriptionID, copied); err != nil {
+		return fmt.Errorf("finish subscription history: %w", err)
+	}
+	return nil
+}
