@@ -244,6 +244,7 @@ func printBenchSustain(cmd *cobra.Command, res *relaybench.SustainResult) error 
 		{"commit→ack by relay state", details(res.LatencyDetail, res.LatencySlowDetail)},
 		{"claim p99", fmt.Sprintf("first minute %.1f ms, last minute %.1f ms", res.ClaimP99FirstMinuteMs, res.ClaimP99LastMinuteMs)},
 		{"outbox dead tuples at end", fmt.Sprintf("%d", res.DeadTuplesAtEnd)},
+		{"outbox row writes meanwhile", fmt.Sprintf("%.2f UPDATEs and %.2f DELETEs per event, %d (auto)vacuums", res.OutboxUpdatesPerEvent, res.OutboxDeletesPerEvent, res.OutboxVacuums)},
 		{"writers' transactions", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms (BEGIN to COMMIT returned)", res.WriterTxP50Ms, res.WriterTxP99Ms)},
 	}
 	for _, m := range res.Minutes {

@@ -74,13 +74,21 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 
 // batchSQL reads the next page of the batch ($3, $4]: the events of lanes
 // $1 whose transactions are visible in snapshot $4 and not in $3, after the
-// key ($5, $6) in (xid, seq) order, at most $7 of them.
+// key ($5, $6) in (xid, seq) order, at most $7 of them. $4 NULL ends the
+// batch at the statement's own snapshot (in ReadCycle's transaction, the
+// snapshot it returns).
 //
 // The batch is found by xid, never by a scan of what was passed: events of
 // transactions at or above $3's xmax (one range of outbox_log_xid), and
 // events of the transactions $3 saw in progress (point lookups), each
-// filtered to what $4 sees committed. A transaction that stays open long
-// lands in the batch after its commit, whatever seq its events drew: no
+// filtered to what $4 sees committed. The range's lower bound is one row
+// comparison, the later of ($3's xmax, 0) and the key ($5, $6): a btree
+// scan starts at the first row-comparison key it is given and does not
+// weigh it against a scalar bound on the same column, so a separate
+// "xid >= xmax" beside "(xid, seq) > (0, 0)" would start every batch at the
+// table's first row and walk its whole index (5 ms a page at 200,000 rows,
+// growing with the table until it rotates). A transaction that stays open
+// long lands in the batch after its commit, whatever seq its events drew: no
 // event is skipped and none is read twice, and a held snapshot (a report in
 // another session) costs nothing, as nothing here leaves dead tuples.
 //
@@ -89,19 +97,18 @@ func CurrentSnapshot(ctx context.Context, db DB) (string, error) {
 // and draws its seq after, the earlier one; within a page rows are returned
 // by (xid, seq) and the relay orders each asset by asset_seq. Across pages,
 // (xid, seq) order is not commit order: a transaction that took its xid
-// before the asset's previous writer took the lock sorts before it. Such a
-// row has predecessor_pending set, and the relay keeps it until its
-// predecessor is read. Only the first row of an asset in a page that does
-// not directly follow a known predecessor ($11/$12: the last asset_seq the
-// relay produced per asset, joined by hash: a per-row probe of the array
-// cost rows × assets per page) costs a lookup.
+// before the asset's previous writer took the lock sorts before it.
+// ReadCycle flags such a row (predecessor_pending, see predecessorsSQL) and
+// the relay keeps it until its predecessor is read.
 //
 // The lanes must still be held (the fence with the margin $8): a relay
 // whose lease renewals stalled stops reading before another can take over.
 // A payload over $9 bytes comes back empty with its size (the relay parks
 // it without holding it); the page stops once the payloads reach $10 bytes
-// (the first row always comes). asset_held is set on rows of assets with
-// rows held in bridge.outbox_held (those rows wait behind them).
+// (the first row always comes). Every sort is by (xid, seq): what is
+// decided per asset (held assets, predecessors) is decided by ReadCycle
+// from the page, as sorting a page of 1,000 rows by asset key (text, under
+// the database's collation) twice cost more than reading it.
 const batchSQL = `
 WITH fence AS MATERIALIZED (
   SELECT $1::int[] <@ bridge.relay_fence($2, $8::interval) AS ok
@@ -111,15 +118,16 @@ cand AS (
     (SELECT l.* FROM bridge.outbox_log l
      WHERE l.xid = ANY(ARRAY(SELECT pg_snapshot_xip($3::pg_snapshot)))
        AND (l.xid, l.seq) > ($5::text::xid8, $6::bigint)
-       AND pg_visible_in_snapshot(l.xid, $4::pg_snapshot)
+       AND pg_visible_in_snapshot(l.xid, coalesce($4::pg_snapshot, pg_current_snapshot()))
        AND l.lane = ANY($1::int[])
      ORDER BY l.xid, l.seq
      LIMIT $7)
     UNION ALL
     (SELECT l.* FROM bridge.outbox_log l
-     WHERE l.xid >= pg_snapshot_xmax($3::pg_snapshot) AND l.xid < pg_snapshot_xmax($4::pg_snapshot)
-       AND (l.xid, l.seq) > ($5::text::xid8, $6::bigint)
-       AND pg_visible_in_snapshot(l.xid, $4::pg_snapshot)
+     WHERE (l.xid, l.seq) > (greatest(pg_snapshot_xmax($3::pg_snapshot), $5::text::xid8),
+                             CASE WHEN $5::text::xid8 >= pg_snapshot_xmax($3::pg_snapshot) THEN $6::bigint ELSE 0 END)
+       AND l.xid < pg_snapshot_xmax(coalesce($4::pg_snapshot, pg_current_snapshot()))
+       AND pg_visible_in_snapshot(l.xid, coalesce($4::pg_snapshot, pg_current_snapshot()))
        AND l.lane = ANY($1::int[])
      ORDER BY l.xid, l.seq
      LIMIT $7)
@@ -137,42 +145,19 @@ running AS (
   SELECT b.*, sum(b.cost) OVER (ORDER BY b.xid, b.seq) AS spent FROM budget b
 ),
 page AS (
-  SELECT r.*, lag(r.asset_seq) OVER (PARTITION BY coalesce(r.asset_id, '') ORDER BY r.xid, r.seq) AS prev_in_page,
-         count(*) OVER () AS kept
-  FROM running r
-  WHERE r.spent - r.cost < $10
-),
-held AS MATERIALIZED (
-  SELECT DISTINCT coalesce(h.asset_id, '') AS asset_key
-  FROM bridge.outbox_held h
-  WHERE h.status = 'NEW' AND h.lane = ANY($1::int[])
-),
-known AS MATERIALIZED (
-  SELECT k.asset_key, k.asset_seq FROM unnest($11::text[], $12::bigint[]) AS k(asset_key, asset_seq)
-),
-marked AS (
-  SELECT p.*, hk.asset_key IS NOT NULL AS is_held, kk.asset_key IS NOT NULL AS pred_known
-  FROM page p
-  LEFT JOIN held hk ON hk.asset_key = coalesce(p.asset_id, '')
-  LEFT JOIN known kk ON kk.asset_key = coalesce(p.asset_id, '') AND kk.asset_seq = p.asset_seq - 1
+  SELECT r.*, count(*) OVER () AS kept FROM running r WHERE r.spent - r.cost < $10
 )
 SELECT p.id, p.seq, p.asset_seq, p.topic, p.asset_id, p.lane, p.event_type,
        CASE WHEN p.payload_bytes <= $9 THEN p.payload::text ELSE '' END AS payload, p.payload_bytes,
        p.headers, coalesce(p.traceparent, '') AS traceparent, coalesce(p.tracestate, '') AS tracestate,
        0 AS attempts, p.created_at, false AS replayed, p.xid::text::bigint AS xid, false AS held,
-       p.is_held AS asset_held,
-       (p.asset_seq > 1
-        AND p.prev_in_page IS DISTINCT FROM p.asset_seq - 1
-        AND NOT p.pred_known
-        AND EXISTS (SELECT 1 FROM bridge.outbox_log q
-                    WHERE coalesce(q.asset_id, '') = coalesce(p.asset_id, '') AND q.asset_seq = p.asset_seq - 1
-                      AND NOT pg_visible_in_snapshot(q.xid, $3::pg_snapshot)
-                      AND (q.xid, q.seq) > (p.xid, p.seq))) AS predecessor_pending,
+       false AS asset_held, false AS predecessor_pending,
        (p.claimable >= $7 OR p.kept < p.claimable) AS more
-FROM marked p
+FROM page p
 ORDER BY p.xid, p.seq`
 
 // BatchParams select a page of a lane group's batch.
+// (ReadCycle takes Member, Margin and MaxPayloadBytes from its CycleParams.)
 type BatchParams struct {
 	Member string        // the replica reading (bridge.relay_lanes.owner)
 	Lanes  []int         // lanes it reads for; all must still be held
@@ -187,45 +172,8 @@ type BatchParams struct {
 	MaxPayloadBytes    int // a larger payload is not returned (only its size)
 	BatchBytes         int // bounds the payload bytes one page returns
 	// Known maps an asset key to the last asset_seq of it the relay
-	// produced: its successor needs no predecessor lookup.
+	// produced: its successor needs no predecessor lookup (see markPages).
 	Known map[string]int64
-}
-
-// genericPlanSQL makes the batch read sent after it in the same pgx batch
-// (one round trip, one implicit transaction, so the pooled session keeps its
-// setting) run on the prepared statement's generic plan. Planning the read
-// over the log's four tables took 4–7 ms against 1–2 ms of execution, on
-// every page, and PostgreSQL kept choosing a custom plan; the generic plan
-// walks the same indexes (the (xid, seq) index in key order, the asset
-// index for predecessors), whatever the parameters.
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-// ReadBatch returns the next page of the batch (see batchSQL) and whether
-// more of it is left.
-func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, error) {
-	keys := make([]string, 0, len(p.Known))
-	seqs := make([]int64, 0, len(p.Known))
-	for k, n := range p.Known {
-		keys, seqs = append(keys, k), append(seqs, n)
-	}
-	b := &pgx.Batch{}
-	b.Queue(genericPlanSQL)
-	b.Queue(batchSQL, p.Lanes, p.Member, p.Prev, p.Cur, strconv.FormatInt(p.AfterXid, 10), p.AfterSeq,
-		p.Limit, Interval(p.Margin), p.MaxPayloadBytes, p.BatchBytes, keys, seqs)
-	br := db.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: plan it generically: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
-	if err != nil {
-		return nil, false, fmt.Errorf("read an outbox batch: %w", err)
-	}
-	return out, len(out) > 0 && out[0].More, nil
 }
 
 // heldDueSQL returns the held rows of lanes $1 that may go out now: for each
@@ -256,17 +204,197 @@ WHERE asset_seq = head_seq + n - 1
 ORDER BY seq
 LIMIT $4`
 
-// ReadHeldDue returns the held rows that may go out now (see heldDueSQL).
-func ReadHeldDue(ctx context.Context, db DB, member string, lanes []int, margin time.Duration, limit, maxPayloadBytes int) ([]*Claimed, error) {
-	rows, err := db.Query(ctx, heldDueSQL, lanes, member, Interval(margin), limit, maxPayloadBytes)
-	if err != nil {
-		return nil, fmt.Errorf("read held outbox rows: %w", err)
+// heldAssetsSQL lists the assets of lanes $1 with rows waiting in
+// bridge.outbox_held: a log row of one of them is held behind them, not
+// produced (Claimed.AssetHeld).
+const heldAssetsSQL = `
+SELECT DISTINCT coalesce(h.asset_id, '') FROM bridge.outbox_held h
+WHERE h.status = 'NEW' AND h.lane = ANY($1::int[])`
+
+// predecessorsSQL says which of the rows ($1 asset key, $2 asset_seq, $3
+// xid, $4 seq; numbered from 1 in that order) have their asset's previous
+// event in the batch after snapshot $5 but later in (xid, seq) order. Asked
+// only for a row whose predecessor is neither earlier in its page nor the
+// last event of its asset the relay produced (BatchParams.Known): after a
+// start or a lane takeover, not in the steady state.
+const predecessorsSQL = `
+SELECT k.i::int FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS k(asset_key, asset_seq, xid, seq, i)
+WHERE EXISTS (SELECT 1 FROM bridge.outbox_log q
+              WHERE coalesce(q.asset_id, '') = k.asset_key AND q.asset_seq = k.asset_seq - 1
+                AND NOT pg_visible_in_snapshot(q.xid, $5::pg_snapshot)
+                AND (q.xid, q.seq) > (k.xid::xid8, k.seq))`
+
+// cycleStartSQL opens a relay cycle's read (see ReadCycle): the snapshot
+// that ends the batches it opens, and the generic plan for the statements
+// after it. Planning the batch read over the log's four tables took 4–7 ms
+// against 1–2 ms of execution, on every page, and PostgreSQL kept choosing
+// a custom plan; the generic plan walks the same indexes (the (xid, seq)
+// index from the batch's key, the asset index for predecessors), whatever
+// the parameters.
+const cycleStartSQL = `SELECT pg_current_snapshot()::text, set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// CycleParams select what one relay cycle reads.
+type CycleParams struct {
+	Member string        // the replica reading (bridge.relay_lanes.owner)
+	Lanes  []int         // every lane it holds: their held rows that are due
+	Margin time.Duration // lease that must be left on every lane
+	// HeldLimit bounds the held rows read (0: none are read).
+	HeldLimit       int
+	MaxPayloadBytes int // a larger payload is not returned (only its size)
+	// Batches: a page of each group's batch. A Cur of "" opens the batch:
+	// it ends at the cycle's snapshot (CycleRead.Snapshot).
+	Batches []BatchParams
+}
+
+// CycleRead is what one relay cycle read.
+type CycleRead struct {
+	// Snapshot ends every batch the read opened.
+	Snapshot string
+	// Held are the held rows that may go out now (see heldDueSQL).
+	Held []*Claimed
+	// Pages[i] is the page of Batches[i], More[i] whether more of that
+	// batch is left.
+	Pages [][]*Claimed
+	More  []bool
+}
+
+// ReadCycle reads everything a relay cycle produces in one round trip: a
+// snapshot, the held rows that are due and a page of each group's batch, in
+// one REPEATABLE READ transaction, so the snapshot it returns is the one
+// every statement of it saw and ends the batches it opened. Three round
+// trips (the snapshot, the held rows, the page) were most of a cycle's
+// database time at low rates, when a page holds a few rows.
+func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
+	out := CycleRead{Pages: make([][]*Claimed, len(p.Batches)), More: make([]bool, len(p.Batches))}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
+	b.Queue(cycleStartSQL)
+	if p.HeldLimit > 0 {
+		b.Queue(heldDueSQL, p.Lanes, p.Member, Interval(p.Margin), p.HeldLimit, p.MaxPayloadBytes)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+	for _, g := range p.Batches {
+		var cur *string
+		if g.Cur != "" {
+			cur = &g.Cur
+		}
+		b.Queue(batchSQL, g.Lanes, p.Member, g.Prev, cur, strconv.FormatInt(g.AfterXid, 10), g.AfterSeq,
+			g.Limit, Interval(p.Margin), p.MaxPayloadBytes, g.BatchBytes)
+	}
+	b.Queue(heldAssetsSQL, p.Lanes)
+	b.Queue(`COMMIT`)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: begin: %w", err)
+	}
+	var plan string
+	if err := br.QueryRow().Scan(&out.Snapshot, &plan); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: take the snapshot: %w", err)
+	}
+	if p.HeldLimit > 0 {
+		rows, err := br.Query()
+		if err == nil {
+			out.Held, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+		}
+		if err != nil {
+			return out, fmt.Errorf("read held outbox rows: %w", err)
+		}
+	}
+	for i := range p.Batches {
+		rows, err := br.Query()
+		if err == nil {
+			out.Pages[i], err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Claimed])
+		}
+		if err != nil {
+			return out, fmt.Errorf("read an outbox batch: %w", err)
+		}
+		out.More[i] = len(out.Pages[i]) > 0 && out.Pages[i][0].More
+	}
+	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("read held outbox rows: %w", err)
+		return out, fmt.Errorf("read the held assets: %w", err)
+	}
+	heldAssets := map[string]bool{}
+	var k string
+	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { heldAssets[k] = true; return nil }); err != nil {
+		return out, fmt.Errorf("read the held assets: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return out, fmt.Errorf("read an outbox cycle: %w", err)
+	}
+	if err := markPages(ctx, db, p.Batches, out.Pages, heldAssets); err != nil {
+		return out, err
 	}
 	return out, nil
+}
+
+// markPages sets AssetHeld on the rows of held assets and
+// PredecessorPending on the rows whose predecessor comes later in their
+// batch (predecessorsSQL, asked only for the rows that need it).
+func markPages(ctx context.Context, db DB, batches []BatchParams, pages [][]*Claimed, heldAssets map[string]bool) error {
+	type ask struct {
+		w    *Claimed
+		prev string // the batch's start
+	}
+	var asks []ask
+	for i, page := range pages {
+		last := map[string]int64{} // the asset's previous row in the page
+		for _, w := range page {
+			k := w.AssetKey()
+			w.AssetHeld = heldAssets[k]
+			prev, inPage := last[k]
+			last[k] = w.AssetSeq
+			if w.AssetSeq <= 1 || (inPage && prev == w.AssetSeq-1) {
+				continue
+			}
+			if n, ok := batches[i].Known[k]; ok && n == w.AssetSeq-1 {
+				continue
+			}
+			asks = append(asks, ask{w: w, prev: batches[i].Prev})
+		}
+	}
+	// One statement per batch start (the groups of a cycle share one but
+	// for a lane just taken over).
+	for len(asks) > 0 {
+		prev := asks[0].prev
+		var these []*Claimed
+		var keys, xids []string
+		var assetSeqs, seqs []int64
+		rest := asks[:0]
+		for _, a := range asks {
+			if a.prev != prev {
+				rest = append(rest, a)
+				continue
+			}
+			these = append(these, a.w)
+			keys, assetSeqs = append(keys, a.w.AssetKey()), append(assetSeqs, a.w.AssetSeq)
+			xids, seqs = append(xids, strconv.FormatInt(a.w.Xid, 10)), append(seqs, a.w.Seq)
+		}
+		asks = rest
+		rows, err := db.Query(ctx, predecessorsSQL, keys, assetSeqs, xids, seqs, prev)
+		if err != nil {
+			return fmt.Errorf("check outbox rows' predecessors: %w", err)
+		}
+		var i int
+		if _, err := pgx.ForEachRow(rows, []any{&i}, func() error { these[i-1].PredecessorPending = true; return nil }); err != nil {
+			return fmt.Errorf("check outbox rows' predecessors: %w", err)
+		}
+	}
+	return nil
+}
+
+// ReadBatch returns the next page of one batch (see batchSQL) and whether
+// more of it is left.
+func ReadBatch(ctx context.Context, db DB, p BatchParams) ([]*Claimed, bool, error) {
+	r, err := ReadCycle(ctx, db, CycleParams{Member: p.Member, Lanes: p.Lanes, Margin: p.Margin,
+		MaxPayloadBytes: p.MaxPayloadBytes, Batches: []BatchParams{p}})
+	if err != nil {
+		return nil, false, err
+	}
+	return r.Pages[0], r.More[0], nil
 }
 
 // Position is where a lane is in the log: it passed every event snapshot

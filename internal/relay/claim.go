@@ -194,38 +194,36 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 			"last_renewal_ago", late.Round(time.Millisecond), "lease", r.cfg.LeaseTimeout, "claim_needs_left", margin)
 	}
 	started := time.Now()
-	held, err := outboxstore.ReadHeldDue(qctx, r.pool, r.cfg.MemberID, lanes, margin, r.cfg.BatchSize, r.cfg.MaxMessageBytes)
+	// One round trip: the held rows that are due and a page of each
+	// group's batch; a group with no batch open starts one that ends at
+	// the read's snapshot. During a backlog it was read while the
+	// previous page was produced (see prefetch).
+	read := r.nextRead(lanes, margin)
+	opened := make([]bool, len(r.groups))
+	for i, g := range r.groups {
+		if g.cur == "" {
+			g.rewind()
+			opened[i] = true
+		}
+	}
+	res, err := r.readCycle(qctx, read, margin)
 	if err != nil {
 		return out, err
 	}
 	// A held row whose outcome is still being written is not sent twice.
 	inSettlement := inflight.ids()
 	// Nor does an asset whose held row failed in it go on meanwhile.
-	for _, w := range held {
+	for _, w := range res.Held {
 		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
 			out.rows = append(out.rows, w)
 		}
 	}
 
-	var cur string
-	for _, g := range r.groups {
-		if g.cur == "" {
-			if cur == "" {
-				if cur, err = outboxstore.CurrentSnapshot(qctx, r.pool); err != nil {
-					return out, err
-				}
-			}
-			g.cur = cur
-			g.rewind()
+	for i, g := range r.groups {
+		if opened[i] {
+			g.cur = res.Snapshot
 		}
-		page, more, err := outboxstore.ReadBatch(qctx, r.pool, outboxstore.BatchParams{
-			Member: r.cfg.MemberID, Lanes: g.lanes, Margin: margin, Prev: g.prev, Cur: g.cur,
-			AfterXid: g.afterXid, AfterSeq: g.afterSeq, Limit: r.cfg.BatchSize,
-			MaxPayloadBytes: r.cfg.MaxMessageBytes, BatchBytes: r.cfg.BatchBytes, Known: r.known,
-		})
-		if err != nil {
-			return out, err
-		}
+		page, more := res.Pages[i], res.More[i]
 		if n := len(page); n > 0 {
 			g.afterXid, g.afterSeq = page[n-1].Xid, page[n-1].Seq
 		}
@@ -260,6 +258,91 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 		r.known = map[string]int64{}
 	}
 	return out, nil
+}
+
+// nextRead is what the next claim reads (CycleParams) for the groups as
+// they are; it changes nothing.
+func (r *Relay) nextRead(lanes []int, margin time.Duration) outboxstore.CycleParams {
+	read := outboxstore.CycleParams{Member: r.cfg.MemberID, Lanes: slices.Clone(lanes), Margin: margin,
+		HeldLimit: r.cfg.BatchSize, MaxPayloadBytes: r.cfg.MaxMessageBytes}
+	for _, g := range r.groups {
+		b := outboxstore.BatchParams{Lanes: slices.Clone(g.lanes), Prev: g.prev, Cur: g.cur,
+			Limit: r.cfg.BatchSize, BatchBytes: r.cfg.BatchBytes, Known: r.known}
+		if g.cur != "" {
+			b.AfterXid, b.AfterSeq = g.afterXid, g.afterSeq
+		}
+		read.Batches = append(read.Batches, b)
+	}
+	return read
+}
+
+// prefetch is the next claim's read, started while a backlog's page is
+// produced: the cycle is otherwise serial (read, produce, wait for the
+// acks, read again), and the database and the broker each waited for the
+// other. It reads only; the claim that takes it sorts its rows against the
+// settlement then in flight, as for any read made while a settlement is
+// written.
+type prefetch struct {
+	read    outboxstore.CycleParams
+	started time.Time
+	done    chan struct{}
+	res     outboxstore.CycleRead
+	err     error
+}
+
+// startPrefetch reads what the next claim will read, in the background,
+// once the settlement before the page being produced (prev) is written: a
+// read from before it could miss the holds it writes. Only the relay loop
+// calls it, after a claim.
+func (r *Relay) startPrefetch(ctx context.Context, lanes []int, prev *settlement) {
+	p := &prefetch{read: r.nextRead(lanes, r.cfg.LeaseTimeout/2), started: time.Now(), done: make(chan struct{})}
+	r.prefetched = p
+	go func() {
+		defer close(p.done)
+		if prev != nil {
+			<-prev.done
+			if prev.err != nil {
+				p.err = prev.err // its rows are read again: this read is not the next one
+				return
+			}
+		}
+		qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
+		defer cancel()
+		p.res, p.err = outboxstore.ReadCycle(qctx, r.pool, p.read)
+	}()
+}
+
+// readCycle returns the prefetched read when it is the one asked for —
+// the same groups at the same keys, the same lanes — and recent enough for
+// the fence it passed to still hold with half its margin; otherwise it
+// reads now. A prefetch still running is waited for either way: it reads
+// the map of known assets, which the claim then updates.
+func (r *Relay) readCycle(ctx context.Context, read outboxstore.CycleParams, margin time.Duration) (outboxstore.CycleRead, error) {
+	if p := r.prefetched; p != nil {
+		r.prefetched = nil
+		<-p.done
+		if p.err == nil && time.Since(p.started) < margin/2 && sameRead(p.read, read) {
+			return p.res, nil
+		}
+	}
+	return outboxstore.ReadCycle(ctx, r.pool, read)
+}
+
+// sameRead says whether two reads ask for the same rows (the known assets
+// only spare predecessor checks).
+func sameRead(a, b outboxstore.CycleParams) bool {
+	if a.Member != b.Member || a.Margin != b.Margin || a.HeldLimit != b.HeldLimit || a.MaxPayloadBytes != b.MaxPayloadBytes ||
+		!slices.Equal(a.Lanes, b.Lanes) || len(a.Batches) != len(b.Batches) {
+		return false
+	}
+	for i := range a.Batches {
+		x, y := a.Batches[i], b.Batches[i]
+		if !slices.Equal(x.Lanes, y.Lanes) || x.Prev != y.Prev || x.Cur != y.Cur || x.AfterXid != y.AfterXid ||
+			x.AfterSeq != y.AfterSeq || x.Limit != y.Limit || x.BatchBytes != y.BatchBytes {
+			return false
+		}
+	}
+	return true
 }
 
 // takePage sorts one page of a group's batch into rows to produce now, rows

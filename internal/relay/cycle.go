@@ -21,6 +21,10 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	}
 	claimedAt := time.Now()
 	res := cycleResult{claimed: len(c.rows) + len(c.hold), more: c.more, claimTook: claimedAt.Sub(started)}
+	if c.more {
+		// A backlog: the next page is read while this one is produced.
+		r.startPrefetch(ctx, lanes, inflight)
+	}
 	rows, rest := sameTopicRuns(c.rows)
 	for _, w := range rest {
 		if !w.Held {

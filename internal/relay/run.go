@@ -35,6 +35,8 @@ type Relay struct {
 	groups  []*laneGroup
 	known   map[string]int64
 	savedAt time.Time
+	// prefetched: the next claim's read, running or done (nil: none).
+	prefetched *prefetch
 	// wake tells the writers whether this relay needs their notifications.
 	wake *wakeState
 	// fenceWarned: when the claim last warned that the leases were late.

@@ -433,6 +433,12 @@ type SustainResult struct {
 	ClaimP99FirstMinuteMs float64 `json:"claim_p99_first_minute_ms"`
 	ClaimP99LastMinuteMs  float64 `json:"claim_p99_last_minute_ms"`
 	DeadTuplesAtEnd       int64   `json:"outbox_dead_tuples_at_end"`
+	// Row writes to the outbox's tables (the log's and the held rows')
+	// while the load ran, besides the events' inserts, per event committed
+	// (pg_stat_user_tables), and the (auto)vacuums of them meanwhile.
+	OutboxUpdatesPerEvent float64 `json:"outbox_updates_per_event"`
+	OutboxDeletesPerEvent float64 `json:"outbox_deletes_per_event"`
+	OutboxVacuums         int64   `json:"outbox_vacuums"`
 	// The writers' transactions (BEGIN to COMMIT returned, EnqueueBatch of
 	// TxEvents events): what the outbox costs the application.
 	WriterTxP50Ms float64 `json:"writer_tx_p50_ms"`
@@ -612,6 +618,10 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	sampler.Add(1)
 	go func() { defer sampler.Done(); watchDatabase(ctx, pool, sampleDone, progress) }()
 
+	writesBefore, err := outboxstore.TableWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 	progress(fmt.Sprintf("offering %d events/s for %s (%d writers, %d events per transaction)", o.Rate, o.Duration, o.Writers, o.TxEvents))
 	start := time.Now()
 	var tmu sync.Mutex
@@ -639,7 +649,15 @@ func Sustain(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg r
 	_, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = lat.summary()
 	res.LatencySteps, res.LatencySlowSteps = lat.breakdown()
 	res.LatencyDetail, res.LatencySlowDetail = lat.detail()
-	res.DeadTuplesAtEnd = deadTuples(ctx, pool)
+	writesAfter, err := settledWrites(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	w := writesAfter.Sub(writesBefore)
+	res.DeadTuplesAtEnd = w.Dead
+	res.OutboxUpdatesPerEvent = float64(w.Updates) / float64(max(lr.events, 1))
+	res.OutboxDeletesPerEvent = float64(w.Deletes) / float64(max(lr.events, 1))
+	res.OutboxVacuums = w.Vacuums
 	all := make([]float64, len(txs))
 	for i, t := range txs {
 		all[i] = t.ms

@@ -128,6 +128,11 @@ func TestSustainReportsTheRun(t *testing.T) {
 	if res.Events != 180 || len(res.Minutes) != 1 || res.Minutes[0].Acked != 180 || res.ClaimP99FirstMinuteMs <= 0 || !res.HoldXmin {
 		t.Fatalf("sustained run: %+v", res)
 	}
+	// The log is only appended to, held snapshot or not.
+	if res.OutboxUpdatesPerEvent != 0 || res.OutboxDeletesPerEvent != 0 || res.DeadTuplesAtEnd != 0 || res.OutboxVacuums != 0 {
+		t.Fatalf("outbox writes during the sustained run: %.2f updates and %.2f deletes per event, %d dead tuples, %d vacuums",
+			res.OutboxUpdatesPerEvent, res.OutboxDeletesPerEvent, res.DeadTuplesAtEnd, res.OutboxVacuums)
+	}
 }
 
 // A run deletes the topics it made, and they stay deleted: the bench's
