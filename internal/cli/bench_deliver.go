@@ -88,6 +88,7 @@ allowed for the receiver.`,
 	delivered := c.Flags().Int("delivered", 0, "deliveries already delivered (one attempt each) in the table before the backlog, as retention keeps them")
 	engine := c.Flags().String("engine", "postgres", "postgres (every delivery a claimed row) or kafka (the fast lane)")
 	partitions := c.Flags().Int32("partitions", 12, "partitions of the bench topic (--engine kafka)")
+	profile := c.Flags().String("profile", "", "path prefix: write this process's CPU profile (PREFIX.cpu) and allocations (PREFIX.allocs, base PREFIX.allocs.base) over the drain (--engine kafka)")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
 			return UsageErrorf("--subscriptions, --assets and --live-rate must be at least 1, --events and --live-events not negative, --db-conns at least 2")
@@ -148,7 +149,7 @@ allowed for the receiver.`,
 			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
 			Deliverer: dc, Logger: logger, Replicas: *replicas,
 			FailingSubscriptions: *failing, SlowSubscriptions: *slow, SlowDelay: *slowDelay, Delivered: *delivered,
-			Kafka: fast,
+			Kafka: fast, Profile: *profile,
 		})
 		if err != nil {
 			return err

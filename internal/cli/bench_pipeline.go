@@ -48,12 +48,18 @@ WAL flush) — and reports:
   - order violations, duplicates, overlapping requests, signature failures
     and rows not delivered (all must be 0).
 
+--fast-lane runs the bridge with WEBHOOK_FAST_LANE=true: ` + "`bridge run`" + ` is then
+relay + deliver, and deliveries go out from the topic; only streams handed to
+the slow lane become rows, so the consumer's lag and the stage split count
+only those (json: engine, handed_over_to_slow_lane).
+
 RELAY_*, CONSUMER_* and WEBHOOK_* settings reach the bridge process as they
-are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR and
-WEBHOOK_ALLOWED_CIDRS are the run's own.`,
+are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR,
+WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench pipeline
-  bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json`,
+  bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json
+  bridge bench pipeline --fast-lane --partitions 12`,
 		Args: cobra.NoArgs,
 	}
 	rate := c.Flags().Int("rate", 1000, "offered events/s")
@@ -65,6 +71,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
 	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
+	fastLane := c.Flags().Bool("fast-lane", false, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 {
 			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2")
@@ -90,7 +97,7 @@ WEBHOOK_ALLOWED_CIDRS are the run's own.`,
 		stderr := cmd.ErrOrStderr()
 		res, err := pipelinebench.Run(ctx, pool, kopts, pipelinebench.Options{
 			Rate: *rate, Subscriptions: *subs, Duration: *duration, Writers: *writers, TxEvents: *txEvents,
-			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain,
+			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain, FastLane: *fastLane,
 			DatabaseURL: withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database),
 			Bridge: func(env []string) *exec.Cmd {
 				bc := exec.CommandContext(ctx, exe, "run")
@@ -135,6 +142,7 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 			res.MachineBusyCores, res.MachineCores, res.BenchCPUCores, res.PostgresCPUCores)},
 		{"order violations / duplicates / overlaps / bad signatures / not delivered", fmt.Sprintf("%d / %d / %d / %d / %d",
 			res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures, res.NotDelivered)},
+		{"engine", fmt.Sprintf("%s (%d deliveries handed to the slow lane)", res.Engine, res.HandedOver)},
 	}
 	if worst := worstSeconds(res.Seconds, 5); worst != "" {
 		rows = append(rows, []string{"p99 second by second", worst})

@@ -82,6 +82,47 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	}
 }
 
+// With --fast-lane the bridge delivers from the topic: every event reaches
+// every subscription in order, and no delivery becomes a row.
+func TestBenchPipelineFastLane(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.RealBrokers(t)
+	r := bridge(t, map[string]string{"DATABASE_URL": pgtest.AdminURL(), "KAFKA_BROKERS": strings.Join(brokers, ",")},
+		"bench", "pipeline", "--fast-lane", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--writers", "2", "--assets", "20", "-o", "json")
+	shortOfRate := r.code == 1 && strings.Contains(r.stderr, "offered rate not reached")
+	if r.code != 0 && !shortOfRate {
+		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	var res struct {
+		Events, OrderViolations, Overlaps, SignatureFailures int
+		Webhooks, NotDelivered, HandedOver, LagConsumer      int64
+		Engine                                               string
+		P50                                                  float64
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatalf("output is not the JSON result: %v\n%s", err, r.stdout)
+	}
+	for key, dst := range map[string]any{"events": &res.Events, "order_violations": &res.OrderViolations,
+		"overlapping_requests": &res.Overlaps, "signature_failures": &res.SignatureFailures, "webhooks_expected": &res.Webhooks,
+		"not_delivered": &res.NotDelivered, "handed_over_to_slow_lane": &res.HandedOver, "engine": &res.Engine,
+		"lag_consumer_deliveries_at_end": &res.LagConsumer, "latency_p50_ms": &res.P50} {
+		if err := json.Unmarshal(raw[key], dst); err != nil {
+			t.Fatalf("field %s: %v\n%s", key, err, r.stdout)
+		}
+	}
+	if res.Engine != "kafka" || res.Events != 300 || res.Webhooks != 600 {
+		t.Errorf("engine %q, events %d, webhooks expected %d; want kafka, 300 and 600", res.Engine, res.Events, res.Webhooks)
+	}
+	if res.OrderViolations+res.Overlaps+res.SignatureFailures != 0 || res.NotDelivered != 0 {
+		t.Errorf("order violations %d, overlaps %d, signature failures %d, not delivered %d: all must be 0",
+			res.OrderViolations, res.Overlaps, res.SignatureFailures, res.NotDelivered)
+	}
+	if res.HandedOver != 0 || res.LagConsumer != 0 || res.P50 <= 0 {
+		t.Errorf("handed over %d, consumer lag %d, p50 %.1f ms: want no rows, no consumer, a measured latency", res.HandedOver, res.LagConsumer, res.P50)
+	}
+}
+
 // localPostgres reports whether /proc shows a process named postgres.
 func localPostgres() bool {
 	comms, _ := filepath.Glob("/proc/[0-9]*/comm")

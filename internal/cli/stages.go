@@ -356,7 +356,7 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fastlane.New(rt.Pool, kopts, fastlane.Config{
+	l, err := fastlane.New(rt.Pool, kopts, fastlane.Config{
 		Values: values,
 		Group:  cfg.Consumer.Group, Topics: cfg.Consumer.Topics,
 		Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription, Timeout: dc.Timeout,
@@ -365,6 +365,13 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 		Keys: cfg.Secrets.Ring(), AllowedCIDRs: dc.AllowedCIDRs,
 		TracerProvider: rt.TracerProvider, Logger: rt.Logger, Metrics: rt.DeliveryMetrics,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.observe(rt.Metrics.ObserveFastLane(l, cfg.Consumer.Group)); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // stageCommand is one of the commands that run stages (relay, consume,

@@ -168,10 +168,13 @@ func (t *webhookTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	// A RoundTripper must not modify the request: the trace context goes
-	// into a copy of its headers.
+	// into a copy of its headers. Without a valid span context there is
+	// nothing to inject, and the headers are sent as they are.
 	out := r.WithContext(ctx)
-	out.Header = r.Header.Clone()
-	t.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		out.Header = r.Header.Clone()
+		t.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
 
 	resp, err := t.next.RoundTrip(out)
 	elapsed := time.Since(start)
@@ -396,13 +399,13 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
+	req, err := newPost(ctx, c.URL, body)
 	if err != nil {
 		res.err = fmt.Errorf("build request: %w", err)
 		return res
 	}
 	contract.SetWebhookHeaders(req.Header, c.EventID, ts, sig, version.UserAgent())
-	resp, err := client.Do(req)
+	resp, err := roundTrip(client, req)
 	if err != nil {
 		res.duration = time.Since(now)
 		res.err = describeTransportError(err, ctx, timeout)
@@ -411,7 +414,11 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
 	res.header = resp.Header
-	res.body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
+	if resp.ContentLength != 0 {
+		// An answer with no body (204, or Content-Length: 0) allocates
+		// nothing to read it.
+		res.body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
+	}
 	res.duration = time.Since(now)
 	if err != nil && res.status >= 200 && res.status < 300 {
 		// The status line says it arrived; a body cut short does not undo that.
@@ -419,6 +426,75 @@ func send(ctx context.Context, client *http.Client, c *store.Claim, timeout time
 	}
 	res.retryAfter, res.hasRA = parseRetryAfter(res.status, resp.Header, time.Now())
 	return res
+}
+
+// roundTrip sends req through client's transport. A webhook never follows
+// a redirect (a 3xx is the attempt's answer, a failure), sends no cookies
+// and is bounded by its context, so the http.Client layer — which copies
+// every request's headers for redirects it will not follow — is skipped.
+func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
+	rt := client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	resp, err := rt.RoundTrip(req)
+	if err == nil && resp == nil {
+		return nil, errors.New("http: RoundTripper returned a nil response with a nil error")
+	}
+	return resp, err
+}
+
+// newPost is http.NewRequestWithContext(ctx, POST, rawURL, body) with the
+// URL parsed once per endpoint (parsedURLs) rather than per request. The
+// parsed URL is shared by the requests and never modified.
+func newPost(ctx context.Context, rawURL string, body []byte) (*http.Request, error) {
+	u, host, err := parsedURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.URL, req.Host = u, host
+	req.ContentLength = int64(len(body))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) == 0 {
+		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	return req, nil
+}
+
+// parsedURLs caches endpoints' parsed URLs; past maxParsedURLs it starts
+// again empty, so URLs of deleted subscriptions do not accumulate.
+var parsedURLs struct {
+	sync.Mutex
+	m map[string]*http.Request // only URL and Host are kept
+}
+
+const maxParsedURLs = 4096
+
+// parsedURL parses rawURL as http.NewRequest does, once: its URL and Host.
+func parsedURL(rawURL string) (*url.URL, string, error) {
+	parsedURLs.Lock()
+	r := parsedURLs.m[rawURL]
+	parsedURLs.Unlock()
+	if r != nil {
+		return r.URL, r.Host, nil
+	}
+	r, err := http.NewRequest(http.MethodPost, rawURL, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	r = &http.Request{URL: r.URL, Host: r.Host}
+	parsedURLs.Lock()
+	if parsedURLs.m == nil || len(parsedURLs.m) >= maxParsedURLs {
+		parsedURLs.m = map[string]*http.Request{}
+	}
+	parsedURLs.m[rawURL] = r
+	parsedURLs.Unlock()
+	return r.URL, r.Host, nil
 }
 
 func describeTransportError(err error, ctx context.Context, timeout time.Duration) error {

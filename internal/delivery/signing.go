@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 )
@@ -20,25 +22,70 @@ func secretKey(secret string) ([]byte, error) {
 	return key, nil
 }
 
+// signer is one secret's HMAC-SHA256, made once: decoding the secret and
+// building the HMAC's two hashes and pads per request was most of the
+// signature's cost and allocations. Each request takes a MAC from the pool
+// and resets it.
+type signer struct{ pool sync.Pool }
+
+// signers maps a secret to its signer. It holds at most maxSigners (a
+// process signs for its subscriptions' current and previous secrets); past
+// that it starts again empty, so rotated-away secrets do not accumulate.
+var signers struct {
+	sync.Mutex
+	m map[string]*signer
+}
+
+const maxSigners = 4096
+
+func signerOf(secret string) (*signer, error) {
+	signers.Lock()
+	s := signers.m[secret]
+	signers.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	key, err := secretKey(secret)
+	if err != nil {
+		return nil, err
+	}
+	s = &signer{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+	signers.Lock()
+	if signers.m == nil || len(signers.m) >= maxSigners {
+		signers.m = map[string]*signer{}
+	}
+	signers.m[secret] = s
+	signers.Unlock()
+	return s, nil
+}
+
 // Sign returns the webhook-signature header value: one "v1,<base64
 // HMAC-SHA256 of id.timestamp.body>" per secret, space-separated. During a
 // rotation both the new and the previous secret sign, so a receiver verifies
 // with whichever it has.
 func Sign(secrets []string, msgID string, timestamp int64, body []byte) (string, error) {
-	sigs := make([]string, 0, len(secrets))
-	ts := strconv.FormatInt(timestamp, 10)
-	for _, s := range secrets {
-		key, err := secretKey(s)
+	var tsBuf [20]byte
+	ts := strconv.AppendInt(tsBuf[:0], timestamp, 10)
+	out := make([]byte, 0, len(secrets)*48)
+	for i, secret := range secrets {
+		s, err := signerOf(secret)
 		if err != nil {
 			return "", err
 		}
-		mac := hmac.New(sha256.New, key)
+		mac := s.pool.Get().(hash.Hash)
+		mac.Reset()
 		mac.Write([]byte(msgID))
 		mac.Write([]byte{'.'})
-		mac.Write([]byte(ts))
+		mac.Write(ts)
 		mac.Write([]byte{'.'})
 		mac.Write(body)
-		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+		var sum [sha256.Size]byte
+		if i > 0 {
+			out = append(out, ' ')
+		}
+		out = append(out, "v1,"...)
+		out = base64.StdEncoding.AppendEncode(out, mac.Sum(sum[:0]))
+		s.pool.Put(mac)
 	}
-	return strings.Join(sigs, " "), nil
+	return string(out), nil
 }

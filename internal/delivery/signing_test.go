@@ -28,6 +28,14 @@ func TestSecretFormatAndSign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second signature reuses each secret's pooled MAC: it must start
+	// from a clean state.
+	if again, _ := Sign([]string{s, other}, "e1", ts.Unix(), body); again != sig {
+		t.Fatalf("signing twice gave %q, then %q", sig, again)
+	}
+	if parts := strings.Split(sig, " "); len(parts) != 2 || !strings.HasPrefix(parts[1], "v1,") {
+		t.Fatalf("signature header %q: want two space-separated v1, signatures", sig)
+	}
 	for _, secret := range []string{s, other} {
 		wh, _ := standardwebhooks.NewWebhook(secret)
 		want, _ := wh.Sign("e1", ts, body)

@@ -330,6 +330,7 @@ func TestDocumentedSeriesStartAtZero(t *testing.T) {
 		},
 		func() (func() error, error) { return m.ObserveDeliveries(db.Pool) },
 		func() (func() error, error) { return m.ObserveConsumer(&fakeConsumer{}, "g") },
+		func() (func() error, error) { return m.ObserveFastLane(&fakeLane{}, "g") },
 		func() (func() error, error) {
 			return m.ObserveStall(&progress.Watch{Stage: "consume", Count: func() int64 { return 0 },
 				Waiting: func(context.Context) (string, error) { return "", nil }})

@@ -32,8 +32,6 @@ import (
 	"sync"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
 	"github.com/outboxbridge/bridge/internal/contract"
 )
 
@@ -149,7 +147,7 @@ type Receiver struct {
 	Now func() time.Time
 
 	mu        sync.Mutex
-	verifiers map[string]*standardwebhooks.Webhook // subscription ("" any) → verifier
+	verifiers map[string]*verifier // subscription ("" any) → verifier
 	seen      map[eventKey]Arrival
 	attempts  map[eventKey]int
 	lastSeq   map[streamKey]int64
@@ -165,7 +163,7 @@ type streamKey struct{ sub, asset string }
 // until SetSecret).
 func New() *Receiver {
 	return &Receiver{
-		verifiers: map[string]*standardwebhooks.Webhook{},
+		verifiers: map[string]*verifier{},
 		seen:      map[eventKey]Arrival{},
 		attempts:  map[eventKey]int{},
 		lastSeq:   map[streamKey]int64{},
@@ -183,7 +181,7 @@ func NewWithSecret(secret string) (*Receiver, error) {
 // SetSecret sets the signing secret of subscription sub ("" for every
 // subscription without one of its own).
 func (r *Receiver) SetSecret(sub, secret string) error {
-	wh, err := standardwebhooks.NewWebhook(secret)
+	wh, err := newVerifier(secret)
 	if err != nil {
 		return fmt.Errorf("webhook receiver secret: %w", err)
 	}
@@ -252,7 +250,7 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 	if limit <= 0 {
 		limit = DefaultMaxBody
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
+	body, err := readBody(w, req, limit)
 	rq.Body = body
 	if err != nil {
 		rq.Outcome = Malformed
@@ -270,7 +268,7 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 		r.count(func(s *Stats) { s.NotReady++ })
 		return http.StatusServiceUnavailable, "not subscribed yet"
 	}
-	if err := v.Verify(body, req.Header); err != nil {
+	if err := v.Verify(body, req.Header, time.Now()); err != nil {
 		rq.Outcome = BadSignature
 		r.mu.Lock()
 		r.stats.SignatureFailures++
@@ -357,6 +355,20 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 		r.example(0, rq.OrderViolation)
 	}
 	return status, ""
+}
+
+// readBody reads the request's body, at most limit bytes: into a buffer of
+// its Content-Length when it is declared, so a body is not copied while the
+// buffer grows.
+func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, req.Body, limit)
+	if n := req.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		// net/http's server body ends at the Content-Length.
+		_, err := io.ReadFull(body, buf)
+		return buf, err
+	}
+	return io.ReadAll(body)
 }
 
 func (r *Receiver) count(f func(*Stats)) {

@@ -63,6 +63,10 @@ type Options struct {
 	Bridge func(env []string) *exec.Cmd
 	// Progress is told what the run is doing (nil: nothing).
 	Progress func(string)
+	// FastLane runs the bridge with WEBHOOK_FAST_LANE=true: `bridge run`
+	// then delivers straight from the topic (no consume stage, rows only
+	// for streams handed to the slow lane).
+	FastLane bool
 }
 
 // Result is what `bridge bench pipeline` prints. Field names are stable:
@@ -137,6 +141,16 @@ type Result struct {
 	// CPU in each: a tail made of a few stalled seconds (a checkpoint, a
 	// vacuum) reads differently from one spread over the whole run.
 	Seconds []Second `json:"seconds"`
+	// Engine is "postgres" (the consumer writes a row per delivery, the
+	// deliverer claims it) or "kafka" (the fast lane: deliveries go out
+	// from the topic). With the fast lane there are rows only for streams
+	// handed to the slow lane: lag_consumer_deliveries_at_end and
+	// lag_deliveries_at_end then count only those, and the stage split
+	// (stages, minutes[].stages) covers only them.
+	Engine string `json:"engine"`
+	// HandedOver: deliveries of the load written to bridge.deliveries
+	// (with the fast lane, those handed to the slow lane).
+	HandedOver int64 `json:"handed_over_to_slow_lane"`
 }
 
 // Second is one second of the run.
@@ -308,6 +322,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		// caller's environment happened to carry BRIDGE_SECRET_KEYS.
 		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
 		"LOG_LEVEL=" + cmp.Or(os.Getenv("LOG_LEVEL"), "warn"),
+		"WEBHOOK_FAST_LANE=" + strconv.FormatBool(o.FastLane),
 	})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -387,6 +402,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	res.LagOutbox = int64(events) - sent
 	res.LagConsumer = res.Webhooks - rows
 	res.LagDeliveries = res.Webhooks - delivered
+	res.Engine = "postgres"
+	if o.FastLane {
+		// No consumer: only the rows handed to the slow lane exist.
+		res.Engine, res.LagConsumer, res.LagDeliveries = "kafka", 0, rows-delivered
+	}
 	res.LagWebhooks = res.Webhooks - got
 	res.RelayPerSecond = float64(sent) / res.LoadSeconds
 	res.ConsumerPerSecond = float64(rows) / res.LoadSeconds
@@ -408,6 +428,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	st := rc.Stats()
 	res.OrderViolations, res.Duplicates, res.Overlaps, res.SignatureFailures = st.OrderViolations, st.Duplicates, st.Overlaps, st.SignatureFailures
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE status <> 'delivered'`).Scan(&res.NotDelivered); err != nil {
+		return nil, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries WHERE event_type = 'bench.live'`).Scan(&res.HandedOver); err != nil {
 		return nil, err
 	}
 	arr.mu.Lock()
@@ -633,7 +656,7 @@ WITH w AS (
 SELECT coalesce(minute, -1),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY relay), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY relay), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY consumer), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY consumer), 0),
-       percentile_disc(0.5) WITHIN GROUP (ORDER BY deliverer), percentile_disc(0.99) WITHIN GROUP (ORDER BY deliverer),
+       coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY deliverer), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY deliverer), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY to_request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY to_request), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY request), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY request), 0),
        coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY record), 0), coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY record), 0),

@@ -96,7 +96,9 @@ func TestRunFastLaneWritesOnlyTheAttemptLog(t *testing.T) {
 	if res.Engine != "kafka" || res.DeliveriesPerSecond <= 0 || res.HandedOver != 0 {
 		t.Fatalf("engine %q, %.0f/s, %d handed over", res.Engine, res.DeliveriesPerSecond, res.HandedOver)
 	}
-	if res.PostgresInsertsPerDelivery < 0.99 || res.PostgresInsertsPerDelivery > 1.1 ||
+	// Every attempt is in the log (one insert each), also those flushed while
+	// the lane stopped.
+	if res.PostgresInsertsPerDelivery < 1 || res.PostgresInsertsPerDelivery > 1.1 ||
 		res.PostgresUpdatesPerDelivery > 0.05 || res.PostgresDeletesPerDelivery > 0.05 {
 		t.Fatalf("row writes per delivery: inserts %.3f, updates %.3f, deletes %.3f",
 			res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)

@@ -155,6 +155,12 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	dbName := pool.Config().ConnConfig.Database
 	pgBefore, pgOK := postgresCPU(dbName)
 	selfBefore := selfCPU()
+	prof, err := startProfile(o.Profile)
+	if err != nil {
+		heap.Stop()
+		return nil, err
+	}
+	defer prof.stop() //nolint:errcheck // stopped (and its error returned) after the drain
 	runCtx, stopAll := context.WithCancel(ctx)
 	errs := make(chan error, 2*len(lanes))
 	start = time.Now()
@@ -178,6 +184,11 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
 	res.DeliveriesPerSecond = float64(healthy) / res.DrainSeconds
+	if err := prof.stop(); err != nil {
+		heap.Stop()
+		_ = stop()
+		return nil, err
+	}
 	if pgAfter, ok := postgresCPU(dbName); ok && pgOK {
 		res.PostgresCPUMicrosPerDelivery = float64((pgAfter - pgBefore).Microseconds()) / float64(res.Events)
 	}

@@ -41,6 +41,12 @@ type Config struct {
 	// handed to the slow lane as a whole on that partition (isolation: the
 	// others' offset and memory do not wait for it). Default 2s.
 	IsolateAfter time.Duration
+	// HoldLimit: a subscription at its in-flight cap with streams waiting
+	// for a slot, whose delivery of a partition's oldest unsettled record
+	// has waited this long in the fast lane while another subscription has
+	// settled that record, is isolated the same way (its backlog holds the
+	// partition's offset and memory for the others). Default 10s.
+	HoldLimit time.Duration
 	// IsolationPeriod: how long an isolated subscription's new streams on
 	// the partition start in the slow lane. Default 30s.
 	IsolationPeriod time.Duration
@@ -91,6 +97,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.MaxBufferedBytes = cmp.Or(c.MaxBufferedBytes, 64<<20)
 	c.IsolateAfter = cmp.Or(c.IsolateAfter, 2*time.Second)
+	c.HoldLimit = cmp.Or(c.HoldLimit, 10*time.Second)
 	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
 	c.CommitInterval = cmp.Or(c.CommitInterval, 200*time.Millisecond)
 	c.RefreshInterval = cmp.Or(c.RefreshInterval, time.Second)

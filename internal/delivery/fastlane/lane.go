@@ -1,6 +1,7 @@
 package fastlane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,16 +54,24 @@ type Lane struct {
 	parkedKeys map[streamKey]bool
 	subs       map[string]*subState
 	ready      []*stream // streams whose head may be sent now
-	handQ      []*stream // streams with rows waiting to be handed over
-	handing    int       // hand-overs being written
+	// sending are the streams whose head is in flight: what isolateSlow
+	// looks at, rather than every record held.
+	sending map[*stream]struct{}
+	// idleWaiters counts the goroutines waiting on idle, so a finished
+	// request wakes them only when one waits.
+	idleWaiters int
+	handQ       []*stream // streams with rows waiting to be handed over
+	handing     int       // hand-overs being written
 	// handGen counts finished hand-overs; a stream remembers the count at
 	// its last one (stream.lastHand), so a read of the markers that began
 	// before it cannot unpark it (see refresh).
 	handGen  uint64
 	buffered int64 // record bytes held (polled, not yet committed past)
 	attempts []store.FastAttempt
-	forgive  map[string]bool
-	stopping bool // workers take nothing new
+	// spareAttempts is attempts' other buffer (see flushLog).
+	spareAttempts []store.FastAttempt
+	forgive       map[string]bool
+	stopping      bool // workers take nothing new
 
 	stats counters
 }
@@ -88,6 +98,89 @@ func (l *Lane) Stats() Stats {
 	}
 }
 
+// PartitionGauge is one owned partition as the lane holds it.
+type PartitionGauge struct {
+	Topic     string
+	Partition int32
+	// Settled is the offset below which every record is settled (the
+	// offset the next commit writes; -1: no record read yet).
+	Settled int64
+	// HighWatermark is the partition's end offset at the last fetch (-1:
+	// unknown), Lag = HighWatermark − Settled: records not yet settled by
+	// every subscription, read or not (-1 when either is unknown).
+	HighWatermark, Lag int64
+	// Held: records in memory (read, not yet committed past), HeldBytes
+	// their bytes as counted against MaxBufferedBytes.
+	Held      int
+	HeldBytes int64
+	// Isolated: subscriptions whose deliveries of this partition go
+	// through the slow lane for now (see Config.IsolateAfter).
+	Isolated int
+}
+
+// Gauges is the lane's state now, for the metrics.
+type Gauges struct {
+	Partitions []PartitionGauge
+	// Streams: (subscription, asset) streams held in memory; Parked: those
+	// of them whose deliveries go to the slow lane (bridge.deliveries).
+	Streams, Parked int
+	// Queued: deliveries waiting in the fast lane for their stream's
+	// turn or a worker; InFlight: requests being sent.
+	Queued, InFlight int
+	// HeldBytes: record bytes held in memory (bounded by MaxBufferedBytes).
+	HeldBytes int64
+}
+
+// Gauges returns the lane's state. It walks the streams held, under the
+// lane's lock: call it at a scrape's pace, not per delivery.
+func (l *Lane) Gauges() Gauges {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	g := Gauges{Streams: len(l.streams), InFlight: len(l.sending), HeldBytes: l.buffered}
+	for _, s := range l.streams {
+		if s.parked {
+			g.Parked++
+		}
+		g.Queued += len(s.fast)
+		if s.sending && len(s.fast) > 0 {
+			g.Queued--
+		}
+	}
+	for _, p := range l.parts {
+		if p.revoked {
+			continue
+		}
+		pg := PartitionGauge{Topic: p.tp.topic, Partition: p.tp.partition, Settled: p.next, HighWatermark: p.highWatermark,
+			Held: len(p.recs), Lag: -1}
+		for _, r := range p.recs {
+			pg.HeldBytes += r.bytes
+		}
+		for _, r := range p.recs {
+			if r.pending > 0 {
+				pg.Settled = r.rec.Offset
+				break
+			}
+		}
+		if pg.Settled < 0 && p.committed >= 0 {
+			pg.Settled = p.committed
+		}
+		if pg.Settled >= 0 && pg.HighWatermark >= 0 {
+			pg.Lag = max(pg.HighWatermark-pg.Settled, 0)
+		}
+		for _, until := range p.isolated {
+			if until.After(now) {
+				pg.Isolated++
+			}
+		}
+		g.Partitions = append(g.Partitions, pg)
+	}
+	slices.SortFunc(g.Partitions, func(a, b PartitionGauge) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return g
+}
+
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -111,6 +204,10 @@ type partition struct {
 	// repeats it (the relay produced it twice in a row) is dropped.
 	lastDedup string
 	committed int64 // -1: nothing committed by this member yet
+	// next is the offset after the last record read (-1: none read yet);
+	// highWatermark the partition's end offset at the last fetch (-1:
+	// unknown). They give the partition's lag (see Gauges).
+	next, highWatermark int64
 	// isolated: subscriptions handed to the slow lane as a whole on this
 	// partition, until the time given (see isolate).
 	isolated map[string]time.Time
@@ -125,8 +222,8 @@ type record struct {
 	pending int
 	bytes   int64
 	polled  time.Time
-	// items are its deliveries (isolation looks for the subscriptions that
-	// hold an old record unsettled).
+	// items are its deliveries: isolation looks at who still holds a
+	// partition's oldest record.
 	items []*item
 }
 
@@ -171,6 +268,44 @@ type parkInfo struct {
 type subState struct {
 	inFlight int
 	waiting  []*stream
+	// took is the moving average of its requests' durations, over n
+	// requests so far: isolation's yardstick (see slowerThanOthers).
+	took time.Duration
+	n    int64
+}
+
+// slowerFactor: a subscription is slower than the others when its requests
+// take this many times theirs.
+const slowerFactor = 10
+
+// minRequestsToJudge: a subscription's average counts as a yardstick once
+// it has timed this many requests.
+const minRequestsToJudge = 5
+
+// movingAverage moves avg towards d by 1/weight.
+func movingAverage(avg, d time.Duration, weight int64) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/time.Duration(weight)
+}
+
+// slowerThanOthers reports whether d is slowerFactor times the median of
+// the other subscriptions' average requests. Isolation compares a
+// subscription with the others, so that an endpoint slow for everyone, or
+// a machine slow for every request, isolates no one. l.mu held.
+func (l *Lane) slowerThanOthers(sub string, d time.Duration) bool {
+	var others []time.Duration
+	for id, st := range l.subs {
+		if id != sub && st.n >= minRequestsToJudge {
+			others = append(others, st.took)
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	slices.Sort(others)
+	return d >= slowerFactor*others[len(others)/2]
 }
 
 // New builds a lane on pool; it connects when Run starts.
@@ -193,6 +328,7 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 		parkedKeys: map[streamKey]bool{},
 		subs:       map[string]*subState{},
 		forgive:    map[string]bool{},
+		sending:    map[*stream]struct{}{},
 	}
 	l.work = sync.NewCond(&l.mu)
 	l.hand = sync.NewCond(&l.mu)
@@ -287,7 +423,7 @@ func (l *Lane) Run(ctx context.Context) error {
 	abandon := time.AfterFunc(30*time.Second, stopBG)
 	l.mu.Lock()
 	for l.handing > 0 {
-		l.idle.Wait()
+		l.waitIdle()
 	}
 	l.mu.Unlock()
 	abandon.Stop()
@@ -313,7 +449,7 @@ func (l *Lane) poll(ctx context.Context) {
 		l.mu.Lock()
 		for l.buffered > l.cfg.MaxBufferedBytes && ctx.Err() == nil {
 			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.idle.Broadcast(); l.mu.Unlock() })
-			l.idle.Wait()
+			l.waitIdle()
 			stop()
 		}
 		l.mu.Unlock()
@@ -333,6 +469,11 @@ func (l *Lane) poll(ctx context.Context) {
 		}
 		var bad []*kgo.Record
 		l.mu.Lock()
+		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+			if p := l.parts[topicPartition{f.Topic, f.Partition}]; p != nil && f.Err == nil {
+				p.highWatermark = f.HighWatermark
+			}
+		})
 		for i, r := range recs {
 			if !l.take(r, decoded[i]) {
 				bad = append(bad, r)
@@ -387,6 +528,7 @@ func (l *Lane) take(r *kgo.Record, d decodedRecord) bool {
 	if n := len(p.recs); n > 0 && r.Offset <= p.recs[n-1].rec.Offset {
 		return true // already held
 	}
+	p.next = r.Offset + 1
 	msg, err := d.msg, d.err
 	rec := &record{part: p, rec: r, msg: msg, bytes: int64(len(r.Value) + len(r.Key) + 200), polled: time.Now()}
 	p.recs = append(p.recs, rec)
@@ -441,6 +583,13 @@ func assetKey(m *contract.Message) string {
 		return ""
 	}
 	return *m.AssetID
+}
+
+// waitIdle waits on l.idle, counted in l.idleWaiters. l.mu held.
+func (l *Lane) waitIdle() {
+	l.idleWaiters++
+	l.idle.Wait()
+	l.idleWaiters--
 }
 
 // stream returns the stream of key, creating it (parked if a marker says
@@ -527,6 +676,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		s.sending = true
 		s.sentAt = time.Now()
+		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
 		l.mu.Unlock()
@@ -538,9 +688,12 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		l.mu.Lock()
 		s.sending = false
+		delete(l.sending, s)
 		l.release(s)
 		l.done(s, it, rt, res)
-		l.idle.Broadcast()
+		if l.idleWaiters > 0 {
+			l.idle.Broadcast()
+		}
 	}
 }
 
@@ -574,6 +727,10 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		return
 	}
 	l.logAttempt(it, res)
+	if sub := l.subs[it.sub]; sub != nil {
+		sub.took = movingAverage(sub.took, res.Outcome.Duration, 16)
+		sub.n++
+	}
 	if it.rec.part.revoked {
 		// The partition moved while the request ran: its new owner sends
 		// the record again (same webhook-id) unless this success was
@@ -635,42 +792,91 @@ func (l *Lane) parkRest(s *stream) {
 	}
 }
 
-// isolateSlow looks at every partition's oldest records: a subscription
-// whose request for one of them has been in flight for IsolateAfter (a slow
-// endpoint) is handed to the slow lane as a whole on that partition for
-// IsolationPeriod, so it stops holding the partition's offset and memory
-// for the other subscriptions.
+// isolateSlow looks at the requests in flight: a subscription whose request
+// for a record has been in flight for IsolateAfter, and slowerFactor times
+// the other subscriptions' average request (a slow endpoint, not a slow
+// machine), is
+// handed to the slow lane as a whole on that record's partition for
+// IsolationPeriod, so it stops holding the partition's offset and memory for
+// the other subscriptions. Slow is a request in flight that long — not a
+// delivery waiting for a worker, which is this member's capacity and the
+// same for every subscription. It looks only at the streams sending (at
+// most Workers), never at every record held.
 func (l *Lane) isolateSlow(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
+	type partSub struct {
+		p   *partition
+		sub string
+	}
+	var slow map[partSub]string // → why
+	for s := range l.sending {
+		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(s.key.sub, now.Sub(s.sentAt)) {
+			continue
+		}
+		p := s.fast[0].rec.part
+		if p.revoked || !p.isolated[s.key.sub].Before(now) {
+			continue
+		}
+		if slow == nil {
+			slow = map[partSub]string{}
+		}
+		slow[partSub{p, s.key.sub}] = "a request in flight longer than IsolateAfter and slowerFactor × the other subscriptions' average"
+	}
+	// A subscription that holds a partition's offset: the oldest record
+	// not yet settled has waited HoldLimit, another subscription has
+	// settled it, and this one's delivery of it still waits in the fast
+	// lane while the subscription is at its in-flight cap with streams
+	// waiting for a slot (its backlog grows faster than its endpoint
+	// answers). The others' offset and memory would wait for it: it is
+	// isolated too. A subscription under its cap that is merely behind
+	// is this member's capacity (workers, CPU), the same for every
+	// subscription, and is never isolated: moving it to PostgreSQL would
+	// only make the member slower.
 	for _, p := range l.parts {
 		if p.revoked {
 			continue
 		}
-		var subs map[string]bool
-		for _, r := range p.recs {
-			if now.Sub(r.polled) < l.cfg.IsolateAfter {
-				break
+		head := l.oldestUnsettled(p)
+		if head == nil || now.Sub(head.polled) < l.cfg.HoldLimit {
+			continue
+		}
+		var holders []string
+		for _, it := range head.items {
+			if it.settled || !p.isolated[it.sub].Before(now) {
+				continue
 			}
-			for _, it := range r.items {
-				if it.settled || !p.isolated[it.sub].Before(now) {
-					continue
-				}
-				// Slow is a request of the subscription's in flight that
-				// long — not a delivery waiting for a worker, which is this
-				// member's capacity and the same for every subscription.
-				s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]
-				if s != nil && s.sending && len(s.fast) > 0 && s.fast[0] == it && now.Sub(s.sentAt) >= l.cfg.IsolateAfter {
-					if subs == nil {
-						subs = map[string]bool{}
-					}
-					subs[it.sub] = true
-				}
+			sub := l.subs[it.sub]
+			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
+				continue
+			}
+			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
+				holders = append(holders, it.sub)
 			}
 		}
-		for sub := range subs {
-			l.isolate(ctx, p, sub, now)
+		if len(holders) == 0 || head.pending == len(head.items) {
+			continue
+		}
+		for _, sub := range holders {
+			if slow == nil {
+				slow = map[partSub]string{}
+			}
+			slow[partSub{p, sub}] = "at its in-flight cap with streams waiting, holding the partition's oldest record past HoldLimit"
+		}
+	}
+	for ps, why := range slow {
+		l.isolate(ctx, ps.p, ps.sub, now, why)
+	}
+	return nil
+}
+
+// oldestUnsettled is p's first record with a delivery not yet settled
+// (nil: none). l.mu held.
+func (l *Lane) oldestUnsettled(p *partition) *record {
+	for _, r := range p.recs {
+		if r.pending > 0 {
+			return r
 		}
 	}
 	return nil
@@ -678,7 +884,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 
 // isolate hands sub's streams on p to the slow lane: at once for those with
 // nothing in flight, after the head for the others. l.mu held.
-func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time) {
+func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time, why string) {
 	p.isolated[sub] = now.Add(l.cfg.IsolationPeriod)
 	streams := 0
 	for key, s := range l.streams {
@@ -693,8 +899,8 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 		}
 	}
 	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
-		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams,
-		"after", l.cfg.IsolateAfter, "for", l.cfg.IsolationPeriod)
+		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", why,
+		"for", l.cfg.IsolationPeriod)
 }
 
 // route returns the subscription id's route (nil: deleted). l.mu held.
@@ -731,8 +937,10 @@ func (l *Lane) logAttempt(it *item, res delivery.AttemptResult) {
 // flushLog appends the queued attempts in one statement.
 func (l *Lane) flushLog(ctx context.Context) error {
 	l.mu.Lock()
+	// Two buffers take turns: the one being written to PostgreSQL and the
+	// one filling, so the log's slice is not grown again every flush.
 	as := l.attempts
-	l.attempts = nil
+	l.attempts, l.spareAttempts = l.spareAttempts[:0], nil
 	var forgive []string
 	for id := range l.forgive {
 		forgive = append(forgive, id)
@@ -742,7 +950,19 @@ func (l *Lane) flushLog(ctx context.Context) error {
 	if len(as) == 0 && len(forgive) == 0 {
 		return nil
 	}
-	if err := l.store.LogFastAttempts(ctx, as, forgive); err != nil {
+	// A flush under way finishes even when the lane is stopping (its
+	// context is cancelled then): cut short, its lines would be lost, and
+	// the last flush at shutdown only takes what is still queued.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := l.store.LogFastAttempts(wctx, as, forgive)
+	clear(as) // no strings kept alive by the spare buffer
+	l.mu.Lock()
+	if l.spareAttempts == nil {
+		l.spareAttempts = as[:0]
+	}
+	l.mu.Unlock()
+	if err != nil {
 		// The deliveries are done either way; the log misses these lines.
 		return fmt.Errorf("%d attempts not logged: %w", len(as), err)
 	}
@@ -1025,7 +1245,7 @@ func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]i
 	for topic, ps := range added {
 		for _, id := range ps {
 			tp := topicPartition{topic, id}
-			l.parts[tp] = &partition{tp: tp, committed: -1, isolated: map[string]time.Time{}}
+			l.parts[tp] = &partition{tp: tp, committed: -1, next: -1, highWatermark: -1, isolated: map[string]time.Time{}}
 		}
 	}
 	l.log.InfoContext(ctx, "partitions assigned", "partitions", added, "parked_streams", len(keys))
@@ -1063,7 +1283,7 @@ func (l *Lane) drop(ctx context.Context, gone map[string][]int32, commit bool) {
 	timer := time.AfterFunc(l.cfg.ShutdownGrace, func() { l.mu.Lock(); l.idle.Broadcast(); l.mu.Unlock() })
 	defer timer.Stop()
 	for (l.handing > 0 || l.sendingFrom(ps)) && time.Now().Before(deadline) {
-		l.idle.Wait()
+		l.waitIdle()
 	}
 	l.mu.Unlock()
 	if commit {

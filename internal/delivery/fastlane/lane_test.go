@@ -48,6 +48,24 @@ func TestFastLaneDeliversInOrderFromKafka(t *testing.T) {
 	if st := l.Stats(); st.HandedOver != 0 || st.Delivered != int64(want) {
 		t.Errorf("stats %+v: want %d delivered, none handed over", st, want)
 	}
+	// The gauges: every partition settled to its end, nothing held,
+	// queued, in flight or parked.
+	_, end := w.committed(t)
+	testkit.Eventually(t, 10*time.Second, func() string {
+		g := l.Gauges()
+		var settled int64
+		for _, p := range g.Partitions {
+			if p.Settled == -1 && p.HighWatermark == -1 && p.Held == 0 {
+				continue // no record on it: nothing known, nothing owed
+			}
+			if p.Lag != 0 || p.Held != 0 || p.Settled != p.HighWatermark {
+				return fmt.Sprintf("partition %+v: want settled to its end, nothing held", p)
+			}
+			settled += p.Settled
+		}
+		return testkit.Unless(len(g.Partitions) == 4 && settled == end && g.Parked == 0 && g.Queued == 0 && g.InFlight == 0 && g.HeldBytes == 0,
+			"gauges %+v: want 4 partitions settled to %d in all, nothing parked, queued, in flight or held", g, end)
+	})
 }
 
 // A failing head parks its stream: it and every later event of the stream
@@ -258,4 +276,87 @@ func TestFastLaneIsolatesASlowSubscription(t *testing.T) {
 	}
 	w.waitAccepted(t, len(w.subs)*len(as)*5, 90*time.Second)
 	w.checkClean(t)
+}
+
+// A subscription that falls behind the others without any request being
+// slow enough to isolate it — here its in-flight cap against a 150 ms
+// endpoint — holds the partition's oldest record while the others have
+// settled it: after HoldLimit it is handed to the slow lane on that
+// partition, so the offsets do not wait for its backlog; order stays exact.
+func TestFastLaneIsolatesASubscriptionThatHoldsTheOffset(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[0] {
+			return http.StatusNoContent, 150 * time.Millisecond
+		}
+		return http.StatusNoContent, 0
+	}
+	l, _ := w.lane(t, func(c *Config) {
+		c.MaxInFlightPerSubscription = 2
+		c.HoldLimit = time.Second
+	})
+	w.slowLane(t, nil)
+	as := assets(10)
+	w.produce(t, as, 20)
+	started := time.Now()
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, end := w.committed(t)
+		return testkit.Unless(c == end, "committed %d of end %d", c, end)
+	})
+	// The lagging subscription's 200 deliveries take ≥ 15 s two at a time;
+	// the offsets must not have waited for them.
+	if took := time.Since(started); took > 9*time.Second {
+		t.Errorf("offsets reached the end after %s: they waited for the lagging subscription", took)
+	}
+	if st := l.Stats(); st.HandedOver == 0 {
+		t.Errorf("nothing handed to the slow lane: %+v", st)
+	}
+	w.waitAccepted(t, len(w.subs)*len(as)*20, 90*time.Second)
+	w.checkClean(t)
+}
+
+// A subscription that is behind the others but under its in-flight cap is
+// this member's capacity, not a subscription holding the offset: it is
+// never handed to the slow lane, however long the partition's oldest
+// record waits for it.
+func TestFastLaneNeverIsolatesASubscriptionUnderItsCap(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[0] {
+			return http.StatusNoContent, 150 * time.Millisecond
+		}
+		return http.StatusNoContent, 0
+	}
+	l, _ := w.lane(t, func(c *Config) { c.HoldLimit = 500 * time.Millisecond })
+	as := assets(10)
+	w.produce(t, as, 20)
+	// Each of the behind subscription's streams takes 20 × 150 ms one
+	// request at a time: its head records wait ~3 s, six HoldLimits.
+	w.waitAccepted(t, len(w.subs)*len(as)*20, 60*time.Second)
+	w.checkClean(t)
+	if st := l.Stats(); st.HandedOver != 0 {
+		t.Errorf("%d deliveries handed to the slow lane: a subscription under its cap was isolated", st.HandedOver)
+	}
+	for _, p := range l.Gauges().Partitions {
+		if p.Isolated != 0 {
+			t.Errorf("partition %d: %d subscriptions isolated, want none", p.Partition, p.Isolated)
+		}
+	}
+}
+
+// Isolation compares a subscription with the others: when every endpoint is
+// slow (or the machine is, for every request), requests in flight past
+// IsolateAfter isolate no one — moving everything to PostgreSQL would only
+// make the member slower.
+func TestFastLaneIsolatesNoOneWhenEveryRequestIsSlow(t *testing.T) {
+	w := newWorld(t, 2, 3)
+	w.recv.Respond = func(*webhooktest.Request) (int, time.Duration) { return http.StatusNoContent, 400 * time.Millisecond }
+	l, _ := w.lane(t, func(c *Config) { c.IsolateAfter = 300 * time.Millisecond })
+	as := assets(10)
+	w.produce(t, as, 12)
+	w.waitAccepted(t, len(w.subs)*len(as)*12, 60*time.Second)
+	w.checkClean(t)
+	if st := l.Stats(); st.HandedOver != 0 || st.Delivered < minRequestsToJudge {
+		t.Errorf("stats %+v: want every delivery from the fast lane (and enough of them to judge), none handed over", st)
+	}
 }

@@ -295,13 +295,10 @@ type FastAttempt struct {
 	Outcome        Outcome
 }
 
-// insertFastAttemptsSQL appends a batch of attempts: one statement per
-// flush, no UPDATE or DELETE ever (retention drops partitions).
-const insertFastAttemptsSQL = `
-INSERT INTO bridge.webhook_attempts (subscription_id, event_id, event_type, topic, kafka_partition, kafka_offset,
-                                     asset_id, attempt, started_at, duration_ms, status_code, error, response_body, trace_id)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::int[],
-                     $9::timestamptz[], $10::float8[], $11::int[], $12::text[], $13::text[], $14::text[])`
+// fastAttemptColumns are the columns of bridge.webhook_attempts the fast
+// lane's COPY fills (the rest take their defaults).
+var fastAttemptColumns = []string{"subscription_id", "event_id", "event_type", "topic", "kafka_partition", "kafka_offset",
+	"asset_id", "attempt", "started_at", "duration_ms", "status_code", "error", "response_body", "trace_id"}
 
 // forgiveSQL: a success resets its subscription's count of consecutive
 // deaths. It writes only rows whose count is not already 0, so a healthy
@@ -312,45 +309,48 @@ WHERE s.id IN (SELECT x.id FROM bridge.subscriptions x
                WHERE x.id = ANY($1::uuid[]) AND x.consecutive_failures <> 0
                ORDER BY x.id FOR UPDATE OF x)`
 
-// LogFastAttempts appends attempts to bridge.webhook_attempts and forgives
-// the subscriptions that had a success, in one round trip. It commits
-// without waiting for the WAL flush: a database crash can lose the last
-// fraction of a second of the log, never a delivery (the offsets, not this
-// log, say what is done).
+// LogFastAttempts appends attempts to bridge.webhook_attempts with one COPY
+// (no UPDATE or DELETE ever: retention drops partitions) and forgives the
+// subscriptions that had a success, in one transaction. COPY rather than a
+// multi-row INSERT of arrays: building a dozen arrays per flush was the
+// fast lane's largest allocation per delivery. It commits without waiting
+// for the WAL flush: a database crash can lose the last fraction of a
+// second of the log, never a delivery (the offsets, not this log, say what
+// is done).
 func (s *DeliveryStore) LogFastAttempts(ctx context.Context, as []FastAttempt, forgive []string) error {
 	if len(as) == 0 && len(forgive) == 0 {
 		return nil
 	}
-	n := len(as)
-	subs, ids, types, topics := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	parts, attempts := make([]int32, n), make([]int32, n)
-	offs := make([]int64, n)
-	assets := make([]*string, n)
-	started := make([]time.Time, n)
-	dur := make([]float64, n)
-	codes := make([]*int32, n)
-	errs, bodies, traces := make([]*string, n), make([]*string, n), make([]*string, n)
-	for i, a := range as {
-		subs[i], ids[i], types[i], topics[i] = a.SubscriptionID, a.EventID, a.EventType, a.Topic
-		parts[i], offs[i], assets[i], attempts[i] = a.Partition, a.Offset, a.AssetID, int32(a.Attempt)
-		o := a.Outcome
-		started[i], dur[i], codes[i] = o.StartedAt, float64(o.Duration.Microseconds())/1000, statusArg(o.StatusCode)
-		errs[i], bodies[i], traces[i] = nullable(o.Error), nullable(o.ResponseBody), nullable(o.TraceID)
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("log fast-lane attempts: %w", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
-	if n > 0 {
-		b.Queue(insertFastAttemptsSQL, subs, ids, types, topics, parts, offs, assets, attempts, started, dur, codes, errs, bodies, traces)
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+		return fmt.Errorf("log fast-lane attempts: %w", err)
+	}
+	if len(as) > 0 {
+		row := make([]any, len(fastAttemptColumns))
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"bridge", "webhook_attempts"}, fastAttemptColumns,
+			pgx.CopyFromSlice(len(as), func(i int) ([]any, error) {
+				a := &as[i]
+				o := &a.Outcome
+				row[0], row[1], row[2], row[3] = a.SubscriptionID, a.EventID, a.EventType, a.Topic
+				row[4], row[5], row[6], row[7] = a.Partition, a.Offset, a.AssetID, int32(a.Attempt)
+				row[8], row[9], row[10] = o.StartedAt, float64(o.Duration.Microseconds())/1000, statusArg(o.StatusCode)
+				row[11], row[12], row[13] = nullable(o.Error), nullable(o.ResponseBody), nullable(o.TraceID)
+				return row, nil
+			}))
+		if err != nil {
+			return fmt.Errorf("log fast-lane attempts: %w", err)
+		}
 	}
 	if len(forgive) > 0 {
-		b.Queue(forgiveSQL, forgive)
+		if _, err := tx.Exec(ctx, forgiveSQL, forgive); err != nil {
+			return fmt.Errorf("log fast-lane attempts: forgive: %w", err)
+		}
 	}
-	b.Queue("COMMIT")
-	// One connection runs the whole batch (BEGIN … COMMIT); a batch that
-	// fails midway leaves its transaction open, and the pool closes such a
-	// connection instead of reusing it.
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("log fast-lane attempts: %w", err)
 	}
 	return nil
