@@ -45,6 +45,16 @@ func TestAttemptSpansCarryAttemptSubscriptionDeadAndRevived(t *testing.T) {
 	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0}, TracerProvider: tp})
 	id := b.insert(t, sub.ID, "x", 1, `{}`)
 	b.waitStatus(t, id, store.StatusDead)
+	// The dead span ends just after the outcome commits: wait for it, not
+	// only for the row.
+	testkit.Eventually(t, waitLong, func() string {
+		for _, s := range rec.Ended() {
+			if s.Name() == "webhook dead" {
+				return ""
+			}
+		}
+		return "the dead delivery's span to end"
+	})
 
 	var clients, dead []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
