@@ -301,3 +301,124 @@ CREATE TRIGGER fault BEFORE UPDATE ON bridge.deliveries FOR EACH ROW EXECUTE FUN
 		return testkit.Unless(c.OK, "deliver_progress still failing after recovering: %s", c.Error)
 	})
 }
+
+// The fast lane's side of the rule: its records wait (a stream's head
+// failed, and every hand-over to the slow lane fails with a serialization
+// failure injected on the insert into bridge.deliveries, which the lane
+// rightly retries forever), so the lane is alive, connected and stuck;
+// /readyz turns not ready within READY_STALL_TIMEOUT, naming how many
+// records wait, and ready again once the hand-over goes through.
+func TestReadyzTurnsNotReadyWhenTheFastLaneMakesNoProgressAndBackWhenItRecovers(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
+	ctx := context.Background()
+	// The endpoint is loopback, which the SSRF guard refuses: every first
+	// attempt fails at once and parks its stream.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO bridge.subscriptions (url, event_types) VALUES ('http://127.0.0.1:9/hook', '{*}');
+CREATE TABLE public.fault_on (on_ boolean);
+INSERT INTO public.fault_on VALUES (true);
+CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM public.fault_on) THEN
+    RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUTE FUNCTION public.fault();`); err != nil {
+		t.Fatal(err)
+	}
+
+	const stall = 2 * time.Second
+	cfg, err := config.Load(map[string]string{
+		"DATABASE_URL":        db.URL,
+		"KAFKA_BROKERS":       strings.Join(brokers, ","),
+		"CONSUMER_TOPICS":     topic,
+		"CONSUMER_GROUP":      "g-" + topic,
+		"HTTP_ADDR":           "127.0.0.1:0",
+		"READY_STALL_TIMEOUT": stall.String(),
+		"BRIDGE_SECRET_KEYS":  keyringtest.Keys,
+		"WEBHOOK_FAST_LANE":   "true",
+	}, deliverStage.needs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	rt, err := startRuntimeWith(runCtx, cfg, serviceDeliver, deliverStage.uses, runtimeOptions{
+		getenv: func(string) string { return "" }, logger: logging.New(t.Output(), "error", "text"),
+		refresh: 100 * time.Millisecond, noGlobals: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runBuilt(runCtx, cfg, rt, []stage{deliverStage}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("deliver: %v", err)
+		}
+		rt.Close()
+	})
+	progressCheck := func() (opsserver.CheckResult, bool) {
+		for _, c := range rt.Ops.Ready(ctx).Checks {
+			if c.Name == "fast_lane_progress" {
+				return c, true
+			}
+		}
+		return opsserver.CheckResult{}, false
+	}
+	// Idle (nothing to read): ready, however long it has been idle.
+	testkit.Eventually(t, 30*time.Second, func() string {
+		c, ok := progressCheck()
+		if !ok {
+			return "/readyz has no fast_lane_progress check yet"
+		}
+		return testkit.Unless(c.OK, "fast_lane_progress fails while idle: %s", c.Error)
+	})
+
+	producer := kafkatest.Client(t, brokers)
+	for i := range 5 {
+		asset := "a"
+		r := contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset, AssetSeq: int64(i + 1),
+			EventType: "asset.updated", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), CreatedAt: time.Now()})
+		if err := producer.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produced := time.Now()
+	testkit.Eventually(t, 60*time.Second, func() string {
+		c, _ := progressCheck()
+		return testkit.Unless(!c.OK, "fast_lane_progress still ok")
+	})
+	// Within the configured time, plus the group's join and first fetch and
+	// the readiness cache.
+	if took := time.Since(produced); took > stall+15*time.Second {
+		t.Errorf("not ready %s after the records were produced, want within %s of the lane reading them", took, stall)
+	}
+	c, _ := progressCheck()
+	if !strings.Contains(c.Error, "fast_lane made no progress for") || !strings.Contains(c.Error, "5 records of its partitions are not settled") {
+		t.Errorf("fast_lane_progress error %q does not give the reason", c.Error)
+	}
+	if code, body := readyzOf(t, "http://"+rt.Ops.Addr()); code != 503 || body.OK() {
+		t.Errorf("GET /readyz = %d %+v, want 503 not ready", code, body)
+	}
+
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.fault_on`); err != nil {
+		t.Fatal(err)
+	}
+	// The hand-over goes through: the five deliveries are rows of the slow
+	// lane, and the lane is ready again.
+	testkit.Eventually(t, 60*time.Second, func() string {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&n); err != nil {
+			return err.Error()
+		}
+		if n != 5 {
+			return fmt.Sprintf("%d deliveries handed over, want 5", n)
+		}
+		c, _ := progressCheck()
+		return testkit.Unless(c.OK, "fast_lane_progress still failing after recovering: %s", c.Error)
+	})
+}

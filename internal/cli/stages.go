@@ -371,6 +371,9 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 	if err := rt.observe(rt.Metrics.ObserveFastLane(l, cfg.Consumer.Group)); err != nil {
 		return nil, err
 	}
+	if err := rt.watchProgress(cfg, &progress.Watch{Stage: "fast_lane", Count: l.Progress, Waiting: l.Waiting}); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -209,7 +209,8 @@ type HTTP struct {
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
 	// READY_STALL_TIMEOUT: a consumer or deliverer that made no progress
 	// for this long while work waits for it reports not ready on /readyz
-	// (check consume_progress or deliver_progress); 0 turns the check off.
+	// (check consume_progress, deliver_progress or fast_lane_progress); 0
+	// turns the check off.
 	// Default 5m.
 	ReadyStallTimeout time.Duration `env:"READY_STALL_TIMEOUT" envDefault:"5m"`
 }
