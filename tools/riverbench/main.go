@@ -128,4 +128,3 @@ func run(jobs, workers int) error {
 	_ = client.Stop(stopCtx)
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
-
