@@ -64,16 +64,20 @@ func (s *Source) topicsFor(topic string) []string {
 // the HistoryCopier's round when the fast lane is on, in place of the copy
 // from the outbox (which reaches back only RELAY_RETENTION).
 //
-// A copy interrupted (the process stopped) starts again from since: writing
-// an event twice renumbers it, never doubles it, and the subscription is not
-// served until the copy is marked done. A history that retention has
+// One copier at a time copies a subscription's history (store.TakeHistory:
+// another replica's copier skips it), and each batch records how many
+// deliveries the copy has written so far. A copy interrupted (the process
+// stopped) starts again from since: writing an event twice renumbers it,
+// never doubles it, and the subscription is not served until the copy is
+// marked done. A history that retention has
 // overtaken since the subscription was created is copied from the earliest
 // time still available, and the loss is logged as an error naming it.
 func (s *Source) CopyHistory(ctx context.Context, pool *pgxpool.Pool, st *store.DeliveryStore, log *slog.Logger) (store.HistoryBatch, bool, error) {
-	job, ok, err := st.PendingHistory(ctx)
+	job, release, ok, err := store.TakeHistory(ctx, pool)
 	if err != nil || !ok {
 		return store.HistoryBatch{}, false, err
 	}
+	defer release()
 	b := store.HistoryBatch{SubscriptionID: job.SubscriptionID}
 	if wait := cmp.Or(s.Settle, RouteSettle) - time.Duration(job.AgeSeconds*float64(time.Second)); wait > 0 {
 		return b, false, nil // the next round copies it
@@ -112,8 +116,11 @@ func (s *Source) CopyHistory(ctx context.Context, pool *pgxpool.Pool, st *store.
 		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			n, err := store.InsertHistory(ctx, tx, job.SubscriptionID, &f)
+			if err != nil {
+				return err
+			}
 			copied += n
-			return err
+			return store.NoteHistoryProgress(ctx, tx, job.SubscriptionID, copied)
 		})
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxbridge/bridge/internal/contract"
 )
@@ -278,27 +279,80 @@ type HistoryJob struct {
 	AgeSeconds float64 `db:"age"`
 }
 
-// pendingHistorySQL is the oldest subscription whose history is not done.
+// pendingHistorySQL is the subscriptions whose history is not done, oldest
+// first.
 const pendingHistorySQL = `
 SELECT s.id::text AS id, s.event_types, coalesce(s.topic, '') AS topic, s.history_since,
        extract(epoch FROM now() - s.created_at)::float8 AS age
 FROM bridge.subscriptions s
 WHERE s.history_since IS NOT NULL AND s.history_done_at IS NULL
-ORDER BY s.created_at
-LIMIT 1`
+ORDER BY s.created_at`
 
-// PendingHistory returns the oldest subscription whose history is still to
-// copy; ok is false when there is none.
-func (s *DeliveryStore) PendingHistory(ctx context.Context) (j HistoryJob, ok bool, err error) {
-	rows, err := s.db.Query(ctx, pendingHistorySQL)
+// historyCopyLockSQL and historyCopyUnlockSQL: the copier of a
+// subscription's history from the topics holds a session advisory lock
+// (class 7411007) on a connection of its own for the whole copy, so a second
+// replica's copier skips that subscription instead of reading the same
+// window and writing it again; a copier that dies ends its session, which
+// frees the lock for the next one.
+const (
+	historyCopyLockSQL   = `SELECT pg_try_advisory_lock(7411007, hashtext($1))`
+	historyCopyUnlockSQL = `SELECT pg_advisory_unlock(7411007, hashtext($1))`
+)
+
+// TakeHistory returns the oldest subscription whose history is still to
+// copy and that no other copier holds, locked for this one until release
+// is called (the lock's connection goes back to the pool then); ok is false
+// when there is none.
+func TakeHistory(ctx context.Context, pool *pgxpool.Pool) (j HistoryJob, release func(), ok bool, err error) {
+	rows, err := pool.Query(ctx, pendingHistorySQL)
 	if err != nil {
-		return j, false, fmt.Errorf("find a subscription history to copy: %w", err)
+		return j, nil, false, fmt.Errorf("find a subscription history to copy: %w", err)
 	}
-	js, err := pgx.CollectRows(rows, pgx.RowToStructByName[HistoryJob])
-	if err != nil || len(js) == 0 {
-		return j, false, err
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[HistoryJob])
+	if err != nil || len(jobs) == 0 {
+		return j, nil, false, err
 	}
-	return js[0], true, nil
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return j, nil, false, fmt.Errorf("find a subscription history to copy: %w", err)
+	}
+	for _, job := range jobs {
+		var locked bool
+		if err := conn.QueryRow(ctx, historyCopyLockSQL, job.SubscriptionID).Scan(&locked); err != nil {
+			conn.Release()
+			return j, nil, false, fmt.Errorf("lock subscription %s's history: %w", job.SubscriptionID, err)
+		}
+		if locked {
+			release = func() {
+				// A failed unlock leaves the lock with the session: the
+				// connection is closed rather than handed back holding it.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, err := conn.Exec(ctx, historyCopyUnlockSQL, job.SubscriptionID); err != nil {
+					conn.Conn().Close(ctx)
+				}
+				conn.Release()
+			}
+			return job, release, true, nil
+		}
+	}
+	conn.Release()
+	return j, nil, false, nil
+}
+
+// historyProgressSQL records how many deliveries the copy in progress has
+// written so far (subscriptions show, the console).
+const historyProgressSQL = `
+UPDATE bridge.subscriptions SET history_copied = $2
+WHERE id = $1 AND history_done_at IS NULL`
+
+// NoteHistoryProgress records, in q's transaction, that the copy of
+// subscriptionID's history has written copied deliveries so far.
+func NoteHistoryProgress(ctx context.Context, q Querier, subscriptionID string, copied int64) error {
+	if _, err := q.Exec(ctx, historyProgressSQL, subscriptionID, copied); err != nil {
+		return fmt.Errorf("note subscription history progress: %w", err)
+	}
+	return nil
 }
 
 // InsertHistory writes f's events as history deliveries of subscriptionID

@@ -165,3 +165,45 @@ func isField(err error, field string) bool {
 	ve, ok := err.(*ValidationError)
 	return ok && ve.Field == field
 }
+
+// TestOneCopierTakesAHistoryAtATime: two copiers (two replicas' deliverers)
+// never take the same subscription's history at once — the second gets the
+// next subscription, a third none — and a history released unfinished (its
+// copier stopped) is taken again. Progress written by the copy in progress
+// shows in the subscription.
+func TestOneCopierTakesAHistoryAtATime(t *testing.T) {
+	b, ctx := setup(t)
+	since := time.Now().Add(-time.Hour)
+	var ids []string
+	for _, u := range []string{"https://a.example/hook", "https://b.example/hook"} {
+		s, err := b.subs.Create(ctx, SubscriptionInput{URL: &u, EventTypes: []string{"*"}, Since: &since})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	first, releaseFirst, ok, err := TakeHistory(ctx, b.pool)
+	if err != nil || !ok || first.SubscriptionID != ids[0] {
+		t.Fatalf("first take = %q, %v, %v; want the oldest, %s", first.SubscriptionID, ok, err, ids[0])
+	}
+	second, releaseSecond, ok, err := TakeHistory(ctx, b.pool)
+	if err != nil || !ok || second.SubscriptionID != ids[1] {
+		t.Fatalf("second take while the first is held = %q, %v, %v; want the next one, %s", second.SubscriptionID, ok, err, ids[1])
+	}
+	if third, _, ok, err := TakeHistory(ctx, b.pool); err != nil || ok {
+		t.Fatalf("third take while both are held = %q, %v, %v; want none", third.SubscriptionID, ok, err)
+	}
+	if err := NoteHistoryProgress(ctx, b.pool, first.SubscriptionID, 42); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := b.subs.Get(ctx, first.SubscriptionID); err != nil || s.History == nil || s.History.Copied != 42 || s.History.DoneAt != nil {
+		t.Fatalf("subscription after progress: %+v, %v; want 42 copied, not done", s, err)
+	}
+	releaseFirst()
+	again, releaseAgain, ok, err := TakeHistory(ctx, b.pool)
+	if err != nil || !ok || again.SubscriptionID != ids[0] {
+		t.Fatalf("take after the first was released = %q, %v, %v; want %s again", again.SubscriptionID, ok, err, ids[0])
+	}
+	releaseAgain()
+	releaseSecond()
+}
