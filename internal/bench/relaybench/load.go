@@ -314,6 +314,10 @@ type Load struct {
 	Duration time.Duration
 	Writers  int
 	TxEvents int
+	// EventType of every event offered; default "bench.live", the type
+	// the benches measure (a warm-up load uses another, so no figure
+	// counts it).
+	EventType string
 	// EndAtDuration stops offering once Duration has passed, however far
 	// behind the schedule the writers are: transactions not begun by then
 	// are never offered. A held xmin slowed the writers to a fifth of the
@@ -356,7 +360,7 @@ func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids [
 				}
 				for j := range evs {
 					evs[j] = outbox.Event{Topic: ld.Topic, AssetID: fmt.Sprintf("bench-asset-%d", (tx*ld.TxEvents+j)%ld.Assets),
-						EventType: "bench.live", Payload: []byte(`{"live":true}`)}
+						EventType: cmp.Or(ld.EventType, "bench.live"), Payload: []byte(`{"live":true}`)}
 				}
 				var ids []string
 				began := time.Now()
