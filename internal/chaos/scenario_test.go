@@ -75,6 +75,7 @@ type report struct {
 	Verdict             judge.Verdict    `json:"verdict"`
 	DrainSeconds        float64          `json:"drain_seconds"`
 	DrainAfterFaults    float64          `json:"drain_after_last_fault_seconds"`
+	DrainBound          float64          `json:"drain_after_last_fault_bound_seconds"`
 	LongestStall        float64          `json:"longest_group_stall_seconds"`
 	LongestStallAny     float64          `json:"longest_group_stall_incl_outages_seconds"`
 	LongestStallChained float64          `json:"longest_group_stall_two_kills_seconds"`
@@ -105,8 +106,8 @@ func (r *report) print(t *testing.T) {
 		"order violations %d / two-in-flight %d / bad signatures %d / FAILED %d / dead %d\n",
 		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.Replayed, v.OrderViolations, v.TwoInFlight,
 		v.BadSignatures, v.Failed, v.Dead)
-	fmt.Fprintf(&b, "drain after the load %.1fs, after the last fault ended %.1fs; longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
-		r.DrainSeconds, r.DrainAfterFaults, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
+	fmt.Fprintf(&b, "drain after the load %.1fs, after the last fault ended %.1fs (bound %.0fs); longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
+		r.DrainSeconds, r.DrainAfterFaults, r.DrainBound, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
 	for _, to := range r.Takeovers {
 		if to.Lanes == 0 {
 			continue // it had not taken lanes yet since its restart
@@ -172,7 +173,7 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 	}
 	v := judge.Judge(ev)
 	r := report{Scenario: name, Events: len(ev.Committed), RolledBack: len(ev.RolledBack), Verdict: v,
-		Kills: map[string]int{}, Unexpected: map[string]int{}, DrainSeconds: drain.Seconds(), DrainAfterFaults: afterFaults.Seconds(), Extra: extra}
+		Kills: map[string]int{}, Unexpected: map[string]int{}, DrainSeconds: drain.Seconds(), DrainAfterFaults: afterFaults.Seconds(), DrainBound: bound.Seconds(), Extra: extra}
 	r.TxCommitted, r.TxFailed = p.TxCounts()
 	r.LostAcknowledged = len(lostAck)
 	for _, e := range p.Events() {
