@@ -198,15 +198,14 @@ type outboxRow struct {
 	LastError string
 	SentAt    *time.Time
 	FailedAt  *time.Time
-	CreatedAt time.Time
 }
 
 func (b *testBundle) row(id uuid.UUID) outboxRow {
 	b.t.Helper()
 	var r outboxRow
 	err := b.db.Pool.QueryRow(context.Background(),
-		`SELECT id, status, attempts, coalesce(last_error, ''), sent_at, failed_at, created_at FROM bridge.outbox WHERE id = $1`, id).
-		Scan(&r.ID, &r.Status, &r.Attempts, &r.LastError, &r.SentAt, &r.FailedAt, &r.CreatedAt)
+		`SELECT id, status, attempts, coalesce(last_error, ''), sent_at, failed_at FROM bridge.outbox WHERE id = $1`, id).
+		Scan(&r.ID, &r.Status, &r.Attempts, &r.LastError, &r.SentAt, &r.FailedAt)
 	if err != nil {
 		b.t.Fatalf("read row %s: %v", id, err)
 	}

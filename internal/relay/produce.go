@@ -74,16 +74,6 @@ func record(ctx context.Context, w *row, cloudEventsSource string) *kgo.Record {
 		TraceID: tracing.TraceID(ctx), Traceparent: tp, Tracestate: ts,
 		CreatedAt: w.CreatedAt, CloudEventsSource: cloudEventsSource,
 	})
-	// The record's timestamp is the row's commit time, not the time of this
-	// produce: every copy of the event (one produced again after its SENT
-	// mark was lost: a relay or PostgreSQL crash) then carries the same one,
-	// and the webhook body built from any copy (its "timestamp") is the same
-	// under the same webhook-id — the fast lane posts whichever copy it
-	// reads. A replayed row keeps the produce time: its created_at may be
-	// older than the topic's retention.ms, which would delete it on arrival.
-	if !w.Replayed {
-		rec.Timestamp = w.CreatedAt
-	}
 	rec.Context = ctx
 	return rec
 }

@@ -392,15 +392,9 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 		if len(recs) != 2 {
 			t.Fatalf("got %d records, want the row twice", len(recs))
 		}
-		// Both copies carry the row's commit time (Kafka keeps milliseconds):
-		// a webhook built from either has the same body.
-		created := b.row(ids[0]).CreatedAt.Truncate(time.Millisecond)
 		for _, r := range recs {
 			if header(r, "dedup-id") != ids[0].String() {
 				t.Fatalf("copy with dedup-id %q, want %s", header(r, "dedup-id"), ids[0])
-			}
-			if !r.Timestamp.Equal(created) {
-				t.Errorf("copy at offset %d has timestamp %s, want the row's created_at %s", r.Offset, r.Timestamp.UTC(), created.UTC())
 			}
 		}
 	})
