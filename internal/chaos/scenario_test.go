@@ -102,9 +102,9 @@ func (r *report) print(t *testing.T) {
 	fmt.Fprintf(&b, "acknowledged commits missing from the database afterwards: %d\n", r.LostAcknowledged)
 	fmt.Fprintf(&b, "kills %v; outages %v; unexpected exits %v\n", r.Kills, r.Outages, r.Unexpected)
 	v := r.Verdict
-	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d, re-produced after a lost mark %d, replayed after a member died %d) / "+
+	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d, re-produced after a lost mark %d, of them posted again %d, replayed after a member died %d) / "+
 		"order violations %d / two-in-flight %d / bad signatures %d / FAILED %d / dead %d\n",
-		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.Replayed, v.OrderViolations, v.TwoInFlight,
+		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.ReproducedBodies, v.Replayed, v.OrderViolations, v.TwoInFlight,
 		v.BadSignatures, v.Failed, v.Dead)
 	fmt.Fprintf(&b, "drain after the load %.1fs, after the last fault ended %.1fs (bound %.0fs); longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
 		r.DrainSeconds, r.DrainAfterFaults, r.DrainBound, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
