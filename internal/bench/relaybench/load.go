@@ -327,6 +327,11 @@ type Load struct {
 	// OnLate, if set, is told how late each transaction began against its
 	// place on the schedule (0 when on time).
 	OnLate func(late time.Duration)
+	// WarmWrites makes the warm-up of each writer's connection enqueue one
+	// event in a transaction it rolls back (see warmConnections). The
+	// rolled-back row is a dead tuple: a run that counts dead tuples over
+	// the load leaves it off.
+	WarmWrites bool
 }
 
 // Offer commits the load through outbox.EnqueueBatch, calling onCommit
@@ -344,7 +349,18 @@ type Load struct {
 func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids []string, at time.Time)) (events int, achieved float64, err error) {
 	txs := max(1, int(float64(ld.Rate)*ld.Duration.Seconds())/ld.TxEvents)
 	every := time.Duration(float64(time.Second) * float64(ld.TxEvents) / float64(ld.Rate))
-	warmConnections(ctx, pool, ld.Writers)
+	var warm func(context.Context, *pgxpool.Conn)
+	if ld.WarmWrites {
+		warm = func(ctx context.Context, c *pgxpool.Conn) {
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				return
+			}
+			_, _ = outbox.EnqueueBatch(ctx, tx, []outbox.Event{{Topic: ld.Topic, AssetID: "bench-warm-up", EventType: "bench.warm_up", Payload: []byte(`{}`)}})
+			_ = tx.Rollback(ctx)
+		}
+	}
+	warmConnections(ctx, pool, ld.Writers, warm)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type scheduled struct {
@@ -431,12 +447,16 @@ func Offer(ctx context.Context, pool *pgxpool.Pool, ld Load, onCommit func(ids [
 	return committed, float64(committed) / max(elapsed, ld.Duration).Seconds(), nil
 }
 
-// warmConnections opens up to n of pool's connections (at most its size)
-// and hands them back idle, so the writers' first transactions do not pay
-// for a connection's start-up (TCP, authentication, a backend process)
-// inside the measured schedule. Connections another user of the pool holds
+// warmConnections opens up to n of pool's connections (at most its size),
+// runs use on each (nil: a ping) and hands them back idle, so the writers'
+// first transactions do not pay for a connection's start-up (TCP,
+// authentication, a backend process) inside the measured schedule — nor,
+// with an enqueue rolled back as use, for a new backend's first enqueue
+// (the outbox's catalog entries loaded, its functions compiled, the
+// statement prepared), which every writer would otherwise pay at the same
+// moment, the schedule's start. Connections another user of the pool holds
 // meanwhile are not waited for long: the warm-up is best effort.
-func warmConnections(ctx context.Context, pool *pgxpool.Pool, n int) {
+func warmConnections(ctx context.Context, pool *pgxpool.Pool, n int, use func(context.Context, *pgxpool.Conn)) {
 	n = min(n, int(pool.Config().MaxConns))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -451,7 +471,14 @@ func warmConnections(ctx context.Context, pool *pgxpool.Pool, n int) {
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Ping(wctx) }()
+		go func() {
+			defer wg.Done()
+			if use == nil {
+				_ = c.Ping(wctx)
+				return
+			}
+			use(wctx, c)
+		}()
 	}
 	wg.Wait()
 	for _, c := range conns {

@@ -369,7 +369,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg relay
 	pools = append(pools, writersPool)
 	late := &durations{}
 	lr, err := offer(ctx, writersPool, Load{Topic: topic, Assets: o.Assets, Rate: o.Rate, Duration: o.RateDuration, Writers: o.Writers, TxEvents: o.TxEvents,
-		OnLate: late.add}, lat)
+		OnLate: late.add, WarmWrites: true}, lat)
 	if err != nil {
 		return nil, err
 	}
