@@ -26,7 +26,8 @@ type Config struct {
 	// Workers: HTTP requests in flight at most. Default 128.
 	Workers int
 	// MaxInFlightPerSubscription: one subscription's requests in flight at
-	// most in this process. Default 64.
+	// most in the group's fast lane: each member takes the share of it
+	// that its share of the partitions is (see Lane.subCap). Default 64.
 	MaxInFlightPerSubscription int
 	// Timeout of one HTTP attempt. Default 15s.
 	Timeout time.Duration
