@@ -37,7 +37,14 @@ func (l *Lane) cutDone(s *stream, it *item, rt *route, res delivery.AttemptResul
 		return false
 	}
 	s.cut = false
-	if !res.Interrupted || rt == nil || l.stopping || it.rec.part.revoked || len(s.fast) == 0 || s.fast[0] != it {
+	if !res.Interrupted {
+		return false
+	}
+	if rt == nil || l.stopping || it.rec.part.revoked || len(s.fast) == 0 || s.fast[0] != it {
+		// Nothing settles (done): the partition's next owner, or this
+		// member after a restart, sends it again; the stream is not parked
+		// by this member any more.
+		s.parkAfterHead = false
 		return false
 	}
 	l.stats.cut.Add(1)

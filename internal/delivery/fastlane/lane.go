@@ -1030,7 +1030,13 @@ type taken struct {
 // handOverService writes parked streams' deliveries to bridge.deliveries,
 // all the streams waiting in one transaction.
 func (l *Lane) handOverService(ctx context.Context) {
+	var last time.Time
 	for {
+		// One hand-over per HandOverInterval at most, of everything
+		// queued meanwhile (see Config.HandOverInterval).
+		if wait := l.cfg.HandOverInterval - time.Since(last); wait > 0 {
+			service.Sleep(ctx, wait)
+		}
 		l.mu.Lock()
 		for len(l.handQ) == 0 && ctx.Err() == nil {
 			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.hand.Broadcast(); l.mu.Unlock() })
@@ -1080,6 +1086,7 @@ func (l *Lane) handOverService(ctx context.Context) {
 		}
 		l.handing++
 		l.mu.Unlock()
+		last = time.Now()
 
 		err := service.Retry(ctx, service.Wait{Name: "hand deliveries to the slow lane", Logger: l.log, LogEvery: 10 * time.Second},
 			func(ctx context.Context) error {
