@@ -75,6 +75,7 @@ type report struct {
 	Verdict             judge.Verdict    `json:"verdict"`
 	DrainSeconds        float64          `json:"drain_seconds"`
 	DrainAfterFaults    float64          `json:"drain_after_last_fault_seconds"`
+	DrainBound          float64          `json:"drain_after_last_fault_bound_seconds"`
 	LongestStall        float64          `json:"longest_group_stall_seconds"`
 	LongestStallAny     float64          `json:"longest_group_stall_incl_outages_seconds"`
 	LongestStallChained float64          `json:"longest_group_stall_two_kills_seconds"`
@@ -101,12 +102,12 @@ func (r *report) print(t *testing.T) {
 	fmt.Fprintf(&b, "acknowledged commits missing from the database afterwards: %d\n", r.LostAcknowledged)
 	fmt.Fprintf(&b, "kills %v; outages %v; unexpected exits %v\n", r.Kills, r.Outages, r.Unexpected)
 	v := r.Verdict
-	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d, re-produced after a lost mark %d, replayed after a member died %d) / "+
+	fmt.Fprintf(&b, "lost %d (not in kafka %d) / rolled-back published %d / duplicates %d (redeliveries with the same id %d, re-produced after a lost mark %d, of them posted again %d, replayed after a member died %d) / "+
 		"order violations %d / two-in-flight %d / bad signatures %d / FAILED %d / dead %d\n",
-		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.Replayed, v.OrderViolations, v.TwoInFlight,
+		v.Lost, v.LostInKafka, v.RolledBackPublished, v.Duplicates, v.Redeliveries, v.Reproduced, v.ReproducedBodies, v.Replayed, v.OrderViolations, v.TwoInFlight,
 		v.BadSignatures, v.Failed, v.Dead)
-	fmt.Fprintf(&b, "drain after the load %.1fs, after the last fault ended %.1fs; longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
-		r.DrainSeconds, r.DrainAfterFaults, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
+	fmt.Fprintf(&b, "drain after the load %.1fs, after the last fault ended %.1fs (bound %.0fs); longest consumer-group stall after a SIGKILL %.1fs (%.1fs when two kills chained, %.1fs including outages)\n",
+		r.DrainSeconds, r.DrainAfterFaults, r.DrainBound, r.LongestStall, r.LongestStallChained, r.LongestStallAny)
 	for _, to := range r.Takeovers {
 		if to.Lanes == 0 {
 			continue // it had not taken lanes yet since its restart
@@ -172,7 +173,7 @@ func finish(t *testing.T, p *harness.Pipeline, name string, loadEnd time.Time, b
 	}
 	v := judge.Judge(ev)
 	r := report{Scenario: name, Events: len(ev.Committed), RolledBack: len(ev.RolledBack), Verdict: v,
-		Kills: map[string]int{}, Unexpected: map[string]int{}, DrainSeconds: drain.Seconds(), DrainAfterFaults: afterFaults.Seconds(), Extra: extra}
+		Kills: map[string]int{}, Unexpected: map[string]int{}, DrainSeconds: drain.Seconds(), DrainAfterFaults: afterFaults.Seconds(), DrainBound: bound.Seconds(), Extra: extra}
 	r.TxCommitted, r.TxFailed = p.TxCounts()
 	r.LostAcknowledged = len(lostAck)
 	for _, e := range p.Events() {

@@ -28,7 +28,9 @@ subscriptions pointing at an in-process loopback receiver that verifies
 every signature and checks per-(subscription, asset) order. It starts
 ` + "`bridge run`" + ` (relay + consume + deliver, this binary, in a process of its own
 so that its memory is measured alone), sends one warm-up event through every
-stage, then offers R events/s for D — from --writers writers committing
+stage, offers R events/s for --warm-up (10s, unmeasured: an idle pipeline
+opens its connections and grows its pools in its first seconds of load),
+then offers R events/s for D — from --writers writers committing
 --tx-events events per transaction (single-event commits are bound by the
 WAL flush) — and reports:
 
@@ -65,6 +67,7 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 	rate := c.Flags().Int("rate", 1000, "offered events/s")
 	subs := c.Flags().Int("subscriptions", 3, "subscriptions; each receives every event")
 	duration := c.Flags().Duration("duration", 5*time.Minute, "how long the load is offered")
+	warmUp := c.Flags().Duration("warm-up", 10*time.Second, "offer the rate this long before the measured load, unmeasured (0: measure from the first event)")
 	writers := c.Flags().Int("writers", 8, "concurrent writers of the load")
 	txEvents := c.Flags().Int("tx-events", 10, "events per committed transaction")
 	assets := c.Flags().Int("assets", 1000, "assets the events are keyed over")
@@ -73,8 +76,8 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
 	fastLane := c.Flags().Bool("fast-lane", false, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
-		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 {
-			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2")
+		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 || *warmUp < 0 {
+			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2, --warm-up not negative")
 		}
 		cfg, err := loadConfig(config.Needs{Database: true, Kafka: true})
 		if err != nil {
@@ -96,7 +99,7 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 		}
 		stderr := cmd.ErrOrStderr()
 		res, err := pipelinebench.Run(ctx, pool, kopts, pipelinebench.Options{
-			Rate: *rate, Subscriptions: *subs, Duration: *duration, Writers: *writers, TxEvents: *txEvents,
+			Rate: *rate, Subscriptions: *subs, Duration: *duration, WarmUp: *warmUp, Writers: *writers, TxEvents: *txEvents,
 			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain, FastLane: *fastLane,
 			DatabaseURL: withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database),
 			Bridge: func(env []string) *exec.Cmd {
@@ -130,8 +133,8 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 
 func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 	rows := [][]string{
-		{"load", fmt.Sprintf("%d events/s offered × %d subscriptions, %.0f achieved; %d events in %.0fs (%d writers, %d events/tx, %d assets, %d partitions)",
-			res.OfferedRate, res.Subscriptions, res.AchievedRate, res.Events, res.LoadSeconds, res.Writers, res.TxEvents, res.Assets, res.Partitions)},
+		{"load", fmt.Sprintf("%d events/s offered × %d subscriptions, %.0f achieved; %d events in %.0fs after a %.0fs warm-up (%d writers, %d events/tx, %d assets, %d partitions)",
+			res.OfferedRate, res.Subscriptions, res.AchievedRate, res.Events, res.LoadSeconds, res.WarmUpSeconds, res.Writers, res.TxEvents, res.Assets, res.Partitions)},
 		{"commit→webhook latency", fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms", res.LatencyP50Ms, res.LatencyP95Ms, res.LatencyP99Ms, res.LatencyMaxMs)},
 		{"stage rates over the load", fmt.Sprintf("relay %.0f events/s, consumer %.0f deliveries/s, webhooks %.0f/s", res.RelayPerSecond, res.ConsumerPerSecond, res.WebhooksPerSecond)},
 		{"lag when the load ended", fmt.Sprintf("outbox %d rows, consumer %d deliveries, deliverer %d rows, webhooks %d; drained %.1fs later",

@@ -64,7 +64,7 @@ RELAY_* settings apply (RELAY_BATCH_SIZE in particular).`,
 	replicas := c.Flags().Int("replicas", 1, "relay replicas in this process (each with its own Kafka client and connection pool)")
 	relaysFirst := c.Flags().Bool("relays-first", false, "start the relays before writing the backlog, and write it once they have spread the lanes (times the drain without the replicas' hand-over at start)")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size (with --sustain: --writers + 16 unless set)")
-	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default 4; 8 with --sustain)")
+	writers := c.Flags().Int("writers", 0, "concurrent writers of the offered load (default one per 50 events/s offered, at least 4; 8 with --sustain)")
 	txEvents := c.Flags().Int("tx-events", 0, "events per committed transaction of the offered load (default 1; 10 with --sustain)")
 	sustain := c.Flags().Duration("sustain", 0, "offer --rate for this long instead of the drain (e.g. 10m)")
 	schemaKind := c.Flags().String("schema", "", "json or avro: drain a governed topic (a JSON Schema, validated and framed, or an Avro schema, the JSON payload written as Avro binary; in SCHEMA_REGISTRY_URL) against an ungoverned one, --rounds times each, instead of the drain")

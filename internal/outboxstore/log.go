@@ -231,7 +231,14 @@ WHERE EXISTS (SELECT 1 FROM bridge.outbox_log q
 // a custom plan; the generic plan walks the same indexes (the (xid, seq)
 // index from the batch's key, the asset index for predecessors), whatever
 // the parameters.
-const cycleStartSQL = `SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text, set_config('plan_cache_mode', 'force_generic_plan', true)`
+//
+// It also says whether the fence lets the read through: every lane of $1
+// held by $2 with $3 of its lease left. The batches' own fence is the same
+// check in the same repeatable-read snapshot; a batch it refuses comes back
+// empty, like a batch with nothing in it, and CycleRead.Fenced tells the
+// two apart.
+const cycleStartSQL = `SELECT pg_current_snapshot()::text, pg_postmaster_start_time()::text, set_config('plan_cache_mode', 'force_generic_plan', true),
+  $1::int[] <@ bridge.relay_fence($2, $3::interval)`
 
 // CycleParams select what one relay cycle reads.
 type CycleParams struct {
@@ -255,6 +262,11 @@ type CycleRead struct {
 	// taken before that must not be compared with transaction ids after
 	// it (see relay's forgetPositions).
 	Server string
+	// Fenced: the fence refused the read (a lane not held by the member,
+	// or with less than the margin of its lease left), so the pages are
+	// empty whatever the batches hold. A relay must not take such a read as
+	// the end of its batches: its position would pass rows it never read.
+	Fenced bool
 	// Held are the held rows that may go out now (see heldDueSQL).
 	Held []*Claimed
 	// Pages[i] is the page of Batches[i], More[i] whether more of that
@@ -273,7 +285,7 @@ func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
 	out := CycleRead{Pages: make([][]*Claimed, len(p.Batches)), More: make([]bool, len(p.Batches))}
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
-	b.Queue(cycleStartSQL)
+	b.Queue(cycleStartSQL, p.Lanes, p.Member, Interval(p.Margin))
 	if p.HeldLimit > 0 {
 		b.Queue(heldDueSQL, p.Lanes, p.Member, Interval(p.Margin), p.HeldLimit, p.MaxPayloadBytes)
 	}
@@ -293,9 +305,11 @@ func ReadCycle(ctx context.Context, db DB, p CycleParams) (CycleRead, error) {
 		return out, fmt.Errorf("read an outbox cycle: begin: %w", err)
 	}
 	var plan string
-	if err := br.QueryRow().Scan(&out.Snapshot, &out.Server, &plan); err != nil {
+	var fenceOK bool
+	if err := br.QueryRow().Scan(&out.Snapshot, &out.Server, &plan, &fenceOK); err != nil {
 		return out, fmt.Errorf("read an outbox cycle: take the snapshot: %w", err)
 	}
+	out.Fenced = !fenceOK
 	if p.HeldLimit > 0 {
 		rows, err := br.Query()
 		if err == nil {

@@ -437,3 +437,41 @@ func TestPositionIsSavedOnlyToTheServerItWasReadFrom(t *testing.T) {
 		}
 	}
 }
+
+// A read the fence refuses (a lane held with less than the margin of its
+// lease left, or not held) says so: its pages are empty whatever the lanes
+// hold, and a relay that took that for the end of its batches would move
+// its position past rows it never read. With the lease left, the same read
+// returns the rows and is not fenced.
+func TestCycleReadSaysWhenTheFenceRefusedIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.relay_lanes SET owner = 'm', expires_at = now() + interval '2 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	start := snapshot(t, ctx, db)
+	commitOne(t, ctx, db, "a")
+	lanes := allLanes()
+	read := func(margin time.Duration) CycleRead {
+		t.Helper()
+		r, err := ReadCycle(ctx, db.Pool, CycleParams{Member: "m", Lanes: lanes, Margin: margin,
+			Batches: []BatchParams{{Lanes: lanes, Prev: start, Limit: 100, MaxPayloadBytes: 1 << 20, BatchBytes: 1 << 24}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := read(time.Minute); !r.Fenced || len(r.Pages[0]) != 0 {
+		t.Fatalf("lease shorter than the margin: fenced %v, %d rows; want fenced, none", r.Fenced, len(r.Pages[0]))
+	}
+	if r := read(0); r.Fenced || len(r.Pages[0]) != 1 {
+		t.Fatalf("lease left: fenced %v, %d rows; want not fenced, the one row", r.Fenced, len(r.Pages[0]))
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE bridge.relay_lanes SET owner = 'other' WHERE lane = 5`); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(0); !r.Fenced {
+		t.Fatal("a lane held by another member: not fenced")
+	}
+}

@@ -240,6 +240,15 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 	if err != nil {
 		return out, err
 	}
+	if res.Fenced {
+		// The fence refused the read: its pages are empty whatever the
+		// lanes hold. Taken as the end of the batches, it would move the
+		// groups' positions to this read's snapshot past rows never read,
+		// and a position saved within the lease (saves need no margin) would
+		// lose them for good. Nothing is claimed and nothing moves: the
+		// batches it would have opened stay unopened.
+		return out, nil
+	}
 	if r.server != res.Server {
 		first := r.server == ""
 		r.server = res.Server

@@ -50,6 +50,8 @@ type Relay struct {
 	// noChargeUntil: retriable failures before this time (just after an
 	// outage) are retried without charging the rows.
 	noChargeUntil time.Time
+	// rowsAt: when a claim last found rows (see trickle).
+	rowsAt time.Time
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
@@ -201,13 +203,28 @@ func (r *Relay) Run(ctx context.Context) error {
 			settle()
 			return r.shutdown(ctx)
 		}
-		if full || (found && (r.wake.isBusy() || claimed >= busyFromRows)) {
+		steady := r.trickle(claimed, time.Now())
+		if full || (found && claimed >= busyFromRows) {
 			// More is waiting, or rows went out under a load that keeps
 			// more committing: claim again at once, no need to wait for a
 			// NOTIFY. While this relay does, commits skip their
 			// notification (see wakeState): notifying commits wait for one
 			// another, WAL flush included.
 			r.wake.busy(ctx)
+			continue
+		}
+		if steady {
+			// A steady trickle of small commits: claim again after a pause
+			// of busyPause, with commits skipping their notification, as
+			// long as rows keep coming (see trickle).
+			r.wake.busy(ctx)
+			if idleFrom.IsZero() {
+				idleFrom = time.Now()
+			}
+			if !r.pause(ctx, wake, busyPause) {
+				settle()
+				return r.shutdown(ctx)
+			}
 			continue
 		}
 		if !r.wake.readyToBlock() {
@@ -235,15 +252,54 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// busyFromRows: a waiting relay turns busy (claims again at once, and
-// commits stop notifying it) when a claim finds at least this many rows.
-// Below it the load is light enough for one notification per commit — at
-// 1,000 events/s in transactions of 3 a claim finds 3–9 rows — and there
-// busy claiming costs more than it saves: every wake-up then ends with an
-// empty claim, the wait for the gate and a last claim, which raises the
-// commit→ack p99 (bench relay --rate 1000). At 5,000/s in transactions of 10 claims
-// find 25–100 rows.
+// busyFromRows: a claim that finds at least this many rows makes the relay
+// claim again at once (no pause): at 5,000 events/s in transactions of 10
+// claims find 25–100 rows, and more are committing. Smaller claims keep it
+// busy only under the trickle rule (see trickle), which pauses busyPause
+// between claims.
 const busyFromRows = 16
+
+// The trickle rule: a relay that found rows within busyWindow of the rows
+// before them is under a steady load of small commits. Waiting for a NOTIFY
+// after each of its claims made every event of that load pay for the
+// notification (notifying commits queue for one another, WAL flush
+// included, so the writers fell behind the rate offered), for the wake-up,
+// and for the gate and last claim of going to wait; so it stays busy —
+// commits skip their notification, and it claims again after busyPause —
+// until busyLinger passes with no row found, then goes to wait as before.
+// A lone commit (nothing found within busyWindow before it) still takes the
+// NOTIFY path, and an idle relay claims nothing between notifications.
+const (
+	busyWindow = 50 * time.Millisecond
+	busyLinger = 20 * time.Millisecond
+	busyPause  = time.Millisecond
+)
+
+// trickle records a claim that found claimed rows at now and reports
+// whether the relay stays busy after it under the trickle rule.
+func (r *Relay) trickle(claimed int, now time.Time) bool {
+	if claimed > 0 {
+		steady := !r.rowsAt.IsZero() && now.Sub(r.rowsAt) <= busyWindow
+		r.rowsAt = now
+		return steady || r.wake.isBusy()
+	}
+	return r.wake.isBusy() && !r.rowsAt.IsZero() && now.Sub(r.rowsAt) < busyLinger
+}
+
+// pause waits d (or less, if a NOTIFY or a change of lanes comes first);
+// it returns false when ctx is done.
+func (r *Relay) pause(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-r.lanes.changed:
+	case <-t.C:
+	}
+	return true
+}
 
 // waitForWork blocks until a NOTIFY, a change of lanes or the poll interval
 // says to claim again; it returns false when ctx is done. A settlement that

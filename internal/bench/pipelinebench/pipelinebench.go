@@ -51,6 +51,12 @@ type Options struct {
 	TxEvents      int           // events per transaction; default 10
 	Assets        int           // assets the events are keyed over; default 1000
 	Partitions    int32         // of the bench topic; default 6
+	// WarmUp offers the same rate for this long before the measured load,
+	// as events of type bench.warmup that no figure counts: a pipeline that
+	// was idle opens its connections and grows its pools and heap during
+	// the first seconds of load, and the measured minutes should show the
+	// steady state (a run with no warm-up shows the start). Zero: none.
+	WarmUp time.Duration
 	// DrainTimeout bounds the wait, after the load, for every webhook to
 	// arrive. Default 2m.
 	DrainTimeout time.Duration
@@ -82,6 +88,9 @@ type Result struct {
 	Events        int     `json:"events"`
 	Webhooks      int64   `json:"webhooks_expected"`
 	LoadSeconds   float64 `json:"load_seconds"`
+	// WarmUpSeconds: how long the rate was offered, unmeasured, before
+	// the load (Options.WarmUp).
+	WarmUpSeconds float64 `json:"warm_up_seconds"`
 	// commit→webhook received, over every (event, subscription).
 	LatencyP50Ms float64 `json:"latency_p50_ms"`
 	LatencyP95Ms float64 `json:"latency_p95_ms"`
@@ -365,6 +374,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		return nil, fmt.Errorf("warm-up event not received by every subscription: %w", err)
 	}
 
+	// The warm-up load runs straight into the measured one, so the
+	// pipeline is in its steady state when the measurement starts.
+	warmUpEvents := 0
+	if o.WarmUp > 0 {
+		o.Progress(fmt.Sprintf("warming up: %d events/s for %s, not measured", o.Rate, o.WarmUp))
+		warmUpEvents, _, err = relaybench.Offer(ctx, pool, relaybench.Load{Topic: topic, Assets: o.Assets, Rate: o.Rate,
+			Duration: o.WarmUp, Writers: o.Writers, TxEvents: o.TxEvents, EventType: "bench.warmup"}, func([]string, time.Time) {})
+		if err != nil {
+			return nil, fmt.Errorf("warm-up load: %w", err)
+		}
+		res.WarmUpSeconds = o.WarmUp.Seconds()
+	}
+
 	o.Progress(fmt.Sprintf("offering %d events/s × %d subscriptions for %s (%d writers, %d events per transaction)",
 		o.Rate, o.Subscriptions, o.Duration, o.Writers, o.TxEvents))
 	loadStart := time.Now()
@@ -388,7 +410,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	}
 	res.Events, res.AchievedRate = events, achieved
 	res.Webhooks = int64(events) * int64(o.Subscriptions)
-	warm := int64(o.Subscriptions)
+	warm := int64(o.Subscriptions) * int64(1+warmUpEvents)
 
 	// Where every stage was when the load ended.
 	var sent, rows, delivered int64

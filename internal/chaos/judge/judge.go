@@ -123,6 +123,12 @@ type Verdict struct {
 	// session with the same dedup-id (allowed only with
 	// SessionDuplicatesAllowed; the consumer's inbox drops them).
 	Reproduced int
+	// ReproducedBodies: an event acknowledged again under the same
+	// webhook-id with a body that differs from the first only in its
+	// "timestamp", the event being in the topic more than once (allowed
+	// only with SessionDuplicatesAllowed): the fast lane posts each copy it
+	// reads, and the envelope's timestamp is the copy's record timestamp.
+	ReproducedBodies int
 	// Replayed: requests for an event already acknowledged, made after a
 	// later event of its stream was acknowledged (allowed only with
 	// ReplaysAllowed).
@@ -152,10 +158,10 @@ func (v Verdict) Broken() bool {
 
 func (v Verdict) String() string {
 	return fmt.Sprintf("committed %d, rolled back %d, receipts %d: lost %d (kafka %d), rolled-back published %d, "+
-		"duplicates %d (redeliveries with the same id %d, re-produced %d, replayed %d), order violations %d, two-in-flight %d, bad signatures %d, "+
+		"duplicates %d (redeliveries with the same id %d, re-produced %d, re-produced copy posted again %d, replayed %d), order violations %d, two-in-flight %d, bad signatures %d, "+
 		"FAILED %d, dead %d, not sent %d",
 		v.Committed, v.RolledBack, v.Receipts, v.Lost, v.LostInKafka, v.RolledBackPublished,
-		v.Duplicates, v.Redeliveries, v.Reproduced, v.Replayed, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
+		v.Duplicates, v.Redeliveries, v.Reproduced, v.ReproducedBodies, v.Replayed, v.OrderViolations, v.TwoInFlight, v.BadSignatures,
 		v.Failed, v.Dead, v.NotSent)
 }
 
@@ -257,6 +263,10 @@ func Judge(ev Evidence) Verdict {
 	}
 	sort.SliceStable(good, func(i, j int) bool { return good[i].Start.Before(good[j].Start) })
 
+	copies := map[string]int{} // dedup id → records in the topic
+	for _, r := range ev.Kafka {
+		copies[r.DedupID]++
+	}
 	acked := map[streamKey]map[string][]byte{} // stream → event id → body of its first 2xx
 	maxAcked := map[streamKey]int64{}
 	lastEnd := map[streamKey]time.Time{}
@@ -286,9 +296,12 @@ func Judge(ev Evidence) Verdict {
 			acked[k] = map[string][]byte{}
 		}
 		if first, ok := acked[k][r.env.ID]; ok {
-			if string(first) == string(r.Body) {
+			switch {
+			case string(first) == string(r.Body):
 				v.Redeliveries++
-			} else {
+			case ev.SessionDuplicatesAllowed && copies[r.env.ID] > 1 && sameButTimestamp(first, r.Body):
+				v.ReproducedBodies++
+			default:
 				c.add("duplicates", &v.Duplicates, "event %s acknowledged twice by %s with different bodies", r.env.ID, k.sub)
 			}
 			continue
@@ -344,6 +357,21 @@ func Judge(ev Evidence) Verdict {
 		}
 	}
 	return v
+}
+
+// sameButTimestamp reports whether two envelopes are equal in every field
+// but "timestamp".
+func sameButTimestamp(a, b []byte) bool {
+	var x, y map[string]json.RawMessage
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil || len(x) != len(y) {
+		return false
+	}
+	for k, v := range x {
+		if w, ok := y[k]; !ok || (k != "timestamp" && string(v) != string(w)) {
+			return false
+		}
+	}
+	return true
 }
 
 func judgeKafka(ev Evidence, committed map[string]Committed, notCommitted func(id, where string), c *counter) {

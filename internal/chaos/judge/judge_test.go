@@ -235,3 +235,57 @@ func TestReplayOfAcknowledgedEventsOnlyWhenAllowed(t *testing.T) {
 		t.Fatalf("two first acknowledgments swapped must be caught with replays allowed: %s", v.Summary())
 	}
 }
+
+// A copy of an event produced again after a lost SENT mark is posted again
+// by the fast lane under the same webhook-id, its body's "timestamp" that
+// copy's: counted apart, and allowed only when the run allows copies after
+// a lost mark and the topic holds the event twice. Any other difference in
+// the body is a duplicate.
+func TestReproducedCopyPostedAgain(t *testing.T) {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(t *testing.T, allowed, twoCopies bool, data string) Evidence {
+		ev := clean(t)
+		ev.SessionDuplicatesAllowed = allowed
+		i := find(t, ev, "a", "ev-04")
+		sign := func(r *Receipt, ts, data string) {
+			r.Body = []byte(`{"id":"ev-04","type":"t","asset_id":"x","asset_seq":4,"timestamp":"` + ts + `","data":` + data + `}`)
+			at := time.Unix(0, 0)
+			sig, err := wh.Sign(r.WebhookID, at, r.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Timestamp, r.Signature = "0", sig
+		}
+		sign(&ev.Receipts[i], "2026-01-01T00:00:00.1Z", `{"n":4}`)
+		again := ev.Receipts[i]
+		sign(&again, "2026-01-01T00:00:05.2Z", data)
+		again.Start = again.End.Add(time.Millisecond)
+		again.End = again.Start.Add(time.Millisecond)
+		ev.Receipts = append(ev.Receipts, again)
+		if twoCopies {
+			r := ev.Kafka[3]
+			r.Offset, r.ProducerID = 700, 8 // another session: only the body is judged
+			ev.Kafka = append(ev.Kafka, r)
+		}
+		return ev
+	}
+	if v := Judge(build(t, true, true, `{"n":4}`)); v.Broken() || v.ReproducedBodies != 1 {
+		t.Fatalf("a re-produced copy posted again with its own timestamp: %s", v.Summary())
+	}
+	for _, tc := range []struct {
+		name             string
+		allowed, twoCopy bool
+		data             string
+	}{
+		{"not allowed by the run", false, true, `{"n":4}`},
+		{"the topic holds the event once", true, false, `{"n":4}`},
+		{"the data differs too", true, true, `{"n":5}`},
+	} {
+		if v := Judge(build(t, tc.allowed, tc.twoCopy, tc.data)); v.Duplicates == 0 || !v.Broken() {
+			t.Errorf("%s: not caught as a duplicate: %s", tc.name, v.Summary())
+		}
+	}
+}
