@@ -58,7 +58,9 @@ record per event, fanned out to every subscription: --events deliveries in
 --events/--subscriptions records), and --replicas members of a fresh group
 drain it, each next to a slow-lane deliverer. It adds the row writes per
 delivery to the bridge's tables over the drain (pg_stat_user_tables) and
-the deliveries handed to the slow lane; there is no live phase.
+the deliveries handed to the slow lane; its live phase produces
+--live-events/--subscriptions records at --live-rate deliveries/s after the
+drain (latency: produce → received).
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is
@@ -189,6 +191,7 @@ allowed for the receiver.`,
 			{"row writes per delivery: inserts / updates / deletes", fmt.Sprintf("%.3f / %.3f / %.3f",
 				res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)},
 			{"handed to the slow lane", fmt.Sprint(res.HandedOver)},
+			{"isolations / requests cut", fmt.Sprintf("%d / %d", res.Isolations, res.RequestsCut)},
 		}
 		for _, iv := range res.LiveIntervals {
 			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),

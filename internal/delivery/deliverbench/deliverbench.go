@@ -61,8 +61,9 @@ type Options struct {
 	// Kafka, when set, runs the fast lane: the backlog is produced to a
 	// fresh topic on these brokers (each record fanned out to every
 	// subscription: Events/Subscriptions records), and members of a fresh
-	// group deliver it next to the slow lane. The live phase is then not
-	// run (bench pipeline measures latency through Kafka).
+	// group deliver it next to the slow lane. The live phase produces
+	// LiveEvents/Subscriptions records after the drain, at LiveRate
+	// deliveries/s (see fastLive).
 	Kafka *FastLaneOptions
 	// Profile, when set, is a path prefix: the drain of the backlog writes
 	// a CPU profile of this process (Profile+".cpu") and the allocations it
@@ -149,6 +150,12 @@ type Result struct {
 	PostgresDeletesPerDelivery float64 `json:"postgres_deletes_per_delivery"`
 	// HandedOver: deliveries the fast lane wrote to bridge.deliveries.
 	HandedOver int64 `json:"handed_over_to_slow_lane"`
+	// Isolations: (subscription, partition) pairs the fast lane handed to
+	// the slow lane as a whole; RequestsCut: requests in flight it cut when
+	// it did (their deliveries handed over, sent again with the same
+	// webhook-id).
+	Isolations  int64 `json:"isolations"`
+	RequestsCut int64 `json:"requests_cut"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.

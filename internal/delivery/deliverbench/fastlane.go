@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,6 @@ func settledRowWrites(ctx context.Context, pool *pgxpool.Pool) (rowWrites, error
 func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Config, rc *receiver, res *Result,
 	subIDs []string, unhealthy int) (*Result, error) {
 	res.Engine = "kafka"
-	res.LiveEvents = 0
 	kopts := o.Kafka.KafkaOpts
 	parts := o.Kafka.Partitions
 	if parts <= 0 {
@@ -91,13 +91,18 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		batch = batch[:0]
 		return nil
 	}
-	for j := range records {
+	// next is record j of the run (backlog first, then live): assets
+	// round-robin, asset_seq going up by one per asset.
+	next := func(j int, live bool) *kgo.Record {
 		a := j % o.Assets
 		seqs[a]++
 		asset := "asset-" + strconv.Itoa(a)
-		p, _ := json.Marshal(payload{T: time.Now().UnixNano(), Pad: pad})
-		batch = append(batch, contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset,
-			AssetSeq: seqs[a], EventType: "bench.event", Payload: p, CreatedAt: time.Now()}))
+		p, _ := json.Marshal(payload{T: time.Now().UnixNano(), Live: live, Pad: pad})
+		return contract.Encode(contract.Event{DedupID: uuid.NewString(), Topic: topic, AssetID: &asset,
+			AssetSeq: seqs[a], EventType: "bench.event", Payload: p, CreatedAt: time.Now()})
+	}
+	for j := range records {
+		batch = append(batch, next(j, false))
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
 				return nil, err
@@ -198,18 +203,32 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}
 	res.PeakHeapMiB = bench.MiB(heap.Stop())
 	o.Logger.InfoContext(ctx, "backlog drained", "elapsed_seconds", res.DrainSeconds, "per_second", int(res.DeliveriesPerSecond))
+	liveRecords, err := fastLive(ctx, o, rc, res, records, unhealthy, func(j, n int) error {
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			recs[i] = next(j+i, true)
+		}
+		return cl.ProduceSync(ctx, recs...).FirstErr()
+	})
+	if err != nil {
+		_ = stop()
+		return nil, err
+	}
 	if err := stop(); err != nil {
 		return nil, err
 	}
 	for _, l := range lanes {
-		res.HandedOver += l.Stats().HandedOver
+		st := l.Stats()
+		res.HandedOver += st.HandedOver
+		res.Isolations += st.Isolations
+		res.RequestsCut += st.Cut
 	}
 	closePools() // the engine's backends exit and report their counters
 	after, err := settledRowWrites(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	n := float64(res.Events)
+	n := float64(res.Events + liveRecords*o.Subscriptions)
 	res.PostgresInsertsPerDelivery = float64(after.ins-before.ins) / n
 	res.PostgresUpdatesPerDelivery = float64(after.upd-before.upd) / n
 	res.PostgresDeletesPerDelivery = float64(after.del-before.del) / n
@@ -223,4 +242,45 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	res.PeakInFlightPerSub = rc.peakSub
 	rc.mu.Unlock()
 	return res, nil
+}
+
+// fastLive is the fast lane's live phase, after the drain: LiveEvents
+// deliveries (LiveEvents/Subscriptions records, each fanned out to every
+// subscription) produced at LiveRate deliveries/s, one produce call per
+// 10-ms tick (produce(j, n): records j … j+n-1 of the run), each record's
+// payload carrying the time just before its produce. Latency is
+// produce→received, of the healthy subscriptions only. It returns the
+// records produced.
+func fastLive(ctx context.Context, o Options, rc *receiver, res *Result, from, unhealthy int,
+	produce func(j, n int) error) (int, error) {
+	records := o.LiveEvents / o.Subscriptions
+	res.LiveEvents = records * o.Subscriptions
+	if records == 0 {
+		return 0, nil
+	}
+	perTick := max(1, o.LiveRate/o.Subscriptions/100)
+	t := time.NewTicker(10 * time.Millisecond)
+	for sent := 0; sent < records; {
+		<-t.C
+		n := min(perTick, records-sent)
+		if err := produce(from+sent, n); err != nil {
+			t.Stop()
+			return sent, fmt.Errorf("produce live records: %w", err)
+		}
+		sent += n
+	}
+	t.Stop()
+	want := int64(records * (o.Subscriptions - unhealthy))
+	if err := waitUntil(ctx, func() bool { return rc.live.Load() >= want }); err != nil {
+		return records, fmt.Errorf("live events not delivered (%d of %d): %w", rc.live.Load(), want, err)
+	}
+	rc.mu.Lock()
+	lat := slices.Clone(rc.latencies)
+	rc.mu.Unlock()
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	res.LatencyP50MS = ms(lat[len(lat)*50/100])
+	res.LatencyP99MS = ms(lat[min(len(lat)-1, len(lat)*99/100)])
+	res.LatencyMaxMS = ms(lat[len(lat)-1])
+	return records, nil
 }

@@ -26,7 +26,8 @@ type Config struct {
 	// Workers: HTTP requests in flight at most. Default 128.
 	Workers int
 	// MaxInFlightPerSubscription: one subscription's requests in flight at
-	// most in this process. Default 64.
+	// most in the group's fast lane: each member takes the share of it
+	// that its share of the partitions is (see Lane.subCap). Default 64.
 	MaxInFlightPerSubscription int
 	// Timeout of one HTTP attempt. Default 15s.
 	Timeout time.Duration
@@ -50,6 +51,13 @@ type Config struct {
 	// IsolationPeriod: how long an isolated subscription's new streams on
 	// the partition start in the slow lane. Default 30s.
 	IsolationPeriod time.Duration
+	// HandOverInterval: hand-overs to the slow lane start at most this
+	// often, each writing every stream queued meanwhile in one
+	// transaction. A parked subscription's live deliveries, handed over as
+	// they arrive, made a transaction (and a claim woken by its NOTIFY) per
+	// poll, whose CPU the healthy subscriptions' requests waited for.
+	// Default 100ms.
+	HandOverInterval time.Duration
 	// CommitInterval: how often settled offsets are committed. Default 200ms.
 	CommitInterval time.Duration
 	// RefreshInterval: how often subscriptions and park markers are read
@@ -99,6 +107,7 @@ func (c Config) withDefaults() Config {
 	c.IsolateAfter = cmp.Or(c.IsolateAfter, 2*time.Second)
 	c.HoldLimit = cmp.Or(c.HoldLimit, 10*time.Second)
 	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
+	c.HandOverInterval = cmp.Or(c.HandOverInterval, 100*time.Millisecond)
 	c.CommitInterval = cmp.Or(c.CommitInterval, 200*time.Millisecond)
 	c.RefreshInterval = cmp.Or(c.RefreshInterval, time.Second)
 	c.LogInterval = cmp.Or(c.LogInterval, 50*time.Millisecond)

@@ -72,12 +72,16 @@ type Lane struct {
 	spareAttempts []store.FastAttempt
 	forgive       map[string]bool
 	stopping      bool // workers take nothing new
+	// totalParts: partitions of the topics consumed, this member's and the
+	// others' (0: not known yet); see subCap.
+	totalParts int
 
 	stats counters
 }
 
 type counters struct {
 	records, delivered, failed, handedOver, duplicates, unparked atomic.Int64
+	isolations, cut                                              atomic.Int64
 }
 
 // Stats are the lane's figures since it started.
@@ -88,6 +92,11 @@ type Stats struct {
 	HandedOver int64 // deliveries written to bridge.deliveries
 	Duplicates int64 // adjacent repeats of a dedup-id dropped
 	Unparked   int64 // streams that came back from the slow lane
+	// Isolations: (subscription, partition) pairs handed to the slow lane
+	// as a whole (see Config.IsolateAfter, Config.HoldLimit); Cut: requests
+	// in flight cut by an isolation, their deliveries handed over.
+	Isolations int64
+	Cut        int64
 }
 
 // Stats returns the lane's figures so far.
@@ -95,6 +104,7 @@ func (l *Lane) Stats() Stats {
 	return Stats{
 		Records: l.stats.records.Load(), Delivered: l.stats.delivered.Load(), Failed: l.stats.failed.Load(),
 		HandedOver: l.stats.handedOver.Load(), Duplicates: l.stats.duplicates.Load(), Unparked: l.stats.unparked.Load(),
+		Isolations: l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
 	}
 }
 
@@ -252,6 +262,11 @@ type stream struct {
 	// parkAfterHead: the stream's subscription was isolated while its head
 	// was in flight; once the head settles, the rest is handed over.
 	parkAfterHead bool
+	// cancel cuts the head's request in flight (nil: none in flight); cut:
+	// an isolation cut it, so the head goes to the slow lane too (see
+	// cutRequest).
+	cancel context.CancelFunc
+	cut    bool
 	// lastHand is handGen when its last hand-over finished.
 	lastHand uint64
 	// park, when set, is the park the next hand-over writes: the marker, and
@@ -625,7 +640,7 @@ func (l *Lane) schedule(s *stream) {
 		l.subs[s.key.sub] = sub
 	}
 	s.queued = true
-	if sub.inFlight >= l.cfg.MaxInFlightPerSubscription {
+	if sub.inFlight >= l.subCap() {
 		sub.waiting = append(sub.waiting, s)
 		return
 	}
@@ -679,14 +694,18 @@ func (l *Lane) worker(reqCtx context.Context) {
 		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
+		ctx, cancel := context.WithCancel(reqCtx)
+		s.cancel = cancel
 		l.mu.Unlock()
 		var res delivery.AttemptResult
 		if rt == nil {
 			res = delivery.AttemptResult{Outcome: store.Outcome{StartedAt: time.Now(), Error: "subscription deleted"}}
 		} else {
-			res = delivery.Attempt(reqCtx, l.http, claimOf(it, rt), l.cfg.Timeout)
+			res = delivery.Attempt(ctx, l.http, claimOf(it, rt), l.cfg.Timeout)
 		}
+		cancel()
 		l.mu.Lock()
+		s.cancel = nil
 		s.sending = false
 		delete(l.sending, s)
 		l.release(s)
@@ -702,7 +721,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 func (l *Lane) release(s *stream) {
 	sub := l.subs[s.key.sub]
 	sub.inFlight--
-	for len(sub.waiting) > 0 && sub.inFlight < l.cfg.MaxInFlightPerSubscription {
+	for limit := l.subCap(); len(sub.waiting) > 0 && sub.inFlight < limit; {
 		w := sub.waiting[0]
 		sub.waiting[0] = nil
 		sub.waiting = sub.waiting[1:]
@@ -714,6 +733,9 @@ func (l *Lane) release(s *stream) {
 
 // done applies the outcome of s's head. l.mu held.
 func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) {
+	if l.cutDone(s, it, rt, res) {
+		return
+	}
 	if res.Interrupted || rt == nil {
 		// Shutdown or a revoke cut the request (or the subscription is gone):
 		// nothing settles; the record's next owner sends it again with the
@@ -795,9 +817,9 @@ func (l *Lane) parkRest(s *stream) {
 // isolateSlow looks at the requests in flight: a subscription whose request
 // for a record has been in flight for IsolateAfter, and slowerFactor times
 // the other subscriptions' average request (a slow endpoint, not a slow
-// machine), is
-// handed to the slow lane as a whole on that record's partition for
-// IsolationPeriod, so it stops holding the partition's offset and memory for
+// machine), is handed to the slow lane as a whole on every partition this
+// member owns for IsolationPeriod, its requests in flight cut, so it stops
+// holding the partitions' offsets and memory and the member's workers for
 // the other subscriptions. Slow is a request in flight that long — not a
 // delivery waiting for a worker, which is this member's capacity and the
 // same for every subscription. It looks only at the streams sending (at
@@ -810,7 +832,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		p   *partition
 		sub string
 	}
-	var slow map[partSub]string // → why
+	var slow map[partSub]isolation
 	for s := range l.sending {
 		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(s.key.sub, now.Sub(s.sentAt)) {
 			continue
@@ -820,9 +842,19 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 			continue
 		}
 		if slow == nil {
-			slow = map[partSub]string{}
+			slow = map[partSub]isolation{}
 		}
-		slow[partSub{p, s.key.sub}] = "a request in flight longer than IsolateAfter and slowerFactor × the other subscriptions' average"
+		// The endpoint is slow, not the partition: the subscription is
+		// isolated on every partition this member owns, at once, rather
+		// than one partition each time a request of it there has run
+		// IsolateAfter (its next requests, on the next partition, held
+		// workers as long again).
+		for _, q := range l.parts {
+			if !q.revoked && q.isolated[s.key.sub].Before(now) {
+				slow[partSub{q, s.key.sub}] = isolation{cut: true,
+					why: "a request in flight longer than IsolateAfter and slowerFactor × the other subscriptions' average"}
+			}
+		}
 	}
 	// A subscription that holds a partition's offset: the oldest record
 	// not yet settled has waited HoldLimit, another subscription has
@@ -848,7 +880,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 				continue
 			}
 			sub := l.subs[it.sub]
-			if sub == nil || sub.inFlight < l.cfg.MaxInFlightPerSubscription || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
+			if sub == nil || sub.inFlight < l.subCap() || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
@@ -860,13 +892,15 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		}
 		for _, sub := range holders {
 			if slow == nil {
-				slow = map[partSub]string{}
+				slow = map[partSub]isolation{}
 			}
-			slow[partSub{p, sub}] = "at its in-flight cap with streams waiting, holding the partition's oldest record past HoldLimit"
+			if _, ok := slow[partSub{p, sub}]; !ok {
+				slow[partSub{p, sub}] = isolation{why: "at its in-flight cap with streams waiting, holding the partition's oldest record past HoldLimit"}
+			}
 		}
 	}
-	for ps, why := range slow {
-		l.isolate(ctx, ps.p, ps.sub, now, why)
+	for ps, iso := range slow {
+		l.isolate(ctx, ps.p, ps.sub, now, iso)
 	}
 	return nil
 }
@@ -883,8 +917,12 @@ func (l *Lane) oldestUnsettled(p *partition) *record {
 }
 
 // isolate hands sub's streams on p to the slow lane: at once for those with
-// nothing in flight, after the head for the others. l.mu held.
-func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time, why string) {
+// nothing in flight; for the others, with iso.cut (a slow endpoint) their
+// requests in flight are cut and the heads handed over first (cutRequest),
+// so no worker waits for an isolated endpoint, and without it (a
+// subscription holding the offset, whose requests are not slow) after the
+// head. l.mu held.
+func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time, iso isolation) {
 	p.isolated[sub] = now.Add(l.cfg.IsolationPeriod)
 	streams := 0
 	for key, s := range l.streams {
@@ -892,14 +930,18 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 			continue
 		}
 		streams++
-		if s.sending {
+		switch {
+		case s.sending && iso.cut:
+			l.cutRequest(s)
+		case s.sending:
 			s.parkAfterHead = true
-		} else {
+		default:
 			l.parkRest(s)
 		}
 	}
+	l.stats.isolations.Add(1)
 	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
-		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", why,
+		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", iso.why,
 		"for", l.cfg.IsolationPeriod)
 }
 
@@ -988,7 +1030,13 @@ type taken struct {
 // handOverService writes parked streams' deliveries to bridge.deliveries,
 // all the streams waiting in one transaction.
 func (l *Lane) handOverService(ctx context.Context) {
+	var last time.Time
 	for {
+		// One hand-over per HandOverInterval at most, of everything
+		// queued meanwhile (see Config.HandOverInterval).
+		if wait := l.cfg.HandOverInterval - time.Since(last); wait > 0 {
+			service.Sleep(ctx, wait)
+		}
 		l.mu.Lock()
 		for len(l.handQ) == 0 && ctx.Err() == nil {
 			stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.hand.Broadcast(); l.mu.Unlock() })
@@ -1038,6 +1086,7 @@ func (l *Lane) handOverService(ctx context.Context) {
 		}
 		l.handing++
 		l.mu.Unlock()
+		last = time.Now()
 
 		err := service.Retry(ctx, service.Wait{Name: "hand deliveries to the slow lane", Logger: l.log, LogEvery: 10 * time.Second},
 			func(ctx context.Context) error {
@@ -1224,7 +1273,8 @@ func (l *Lane) settledOffsets(which func(*partition) bool) map[string]map[int32]
 }
 
 // assigned creates the new partitions' state and reads the park markers
-// before the first of their records is fetched.
+// before the first of their records is fetched, and the topics' partition
+// count (see subCap).
 func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]int32) {
 	var keys []store.Stream
 	_ = service.Retry(ctx, service.Wait{Name: "read park markers on assignment", Logger: l.log, LogEvery: 10 * time.Second},
@@ -1234,7 +1284,6 @@ func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]i
 			return err
 		})
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, k := range keys {
 		key := streamKey{k.SubscriptionID, k.AssetKey}
 		l.parkedKeys[key] = true
@@ -1248,7 +1297,9 @@ func (l *Lane) assigned(ctx context.Context, _ *kgo.Client, added map[string][]i
 			l.parts[tp] = &partition{tp: tp, committed: -1, next: -1, highWatermark: -1, isolated: map[string]time.Time{}}
 		}
 	}
+	l.mu.Unlock()
 	l.log.InfoContext(ctx, "partitions assigned", "partitions", added, "parked_streams", len(keys))
+	l.countPartitions(ctx)
 }
 
 // revoked stops taking work of the partitions, waits (ShutdownGrace at
