@@ -128,3 +128,27 @@ func TestRunFastLaneWritesOnlyTheAttemptLog(t *testing.T) {
 			res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)
 	}
 }
+
+// Three members: the group forms (each owns a share of the partitions)
+// before the backlog is committed, and the drain has no order violation,
+// overlap or duplicate across the members.
+func TestRunFastLaneReplicasFormTheGroupFirst(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	res, err := Run(context.Background(), db.Pool, Options{
+		Subscriptions: 3, Assets: 20, Events: 600, Replicas: 3,
+		Deliverer: delivery.Config{Workers: 16, PollInterval: 50 * time.Millisecond},
+		Timeout:   2 * time.Minute,
+		Kafka:     &FastLaneOptions{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Partitions: 6},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OrderViolations != 0 || res.NotDelivered != 0 || res.Overlaps != 0 || res.Duplicates != 0 || res.SignatureFailures != 0 {
+		t.Fatalf("violations=%d not delivered=%d overlaps=%d duplicates=%d signature failures=%d",
+			res.OrderViolations, res.NotDelivered, res.Overlaps, res.Duplicates, res.SignatureFailures)
+	}
+	if res.Replicas != 3 || res.GroupFormSeconds <= 0 || res.DeliveriesPerSecond <= 0 {
+		t.Fatalf("replicas %d, group formed in %.3fs, %.0f/s", res.Replicas, res.GroupFormSeconds, res.DeliveriesPerSecond)
+	}
+}
