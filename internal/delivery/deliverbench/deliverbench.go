@@ -157,6 +157,9 @@ type Result struct {
 	// their group and spread the topic's partitions between them, on the
 	// empty topic before the backlog was produced — not part of the drain.
 	GroupFormSeconds float64 `json:"group_form_seconds"`
+	// FirstDeliverySeconds (the fast lane): from the commit of the
+	// backlog's transaction to the first backlog delivery's arrival.
+	FirstDeliverySeconds float64 `json:"first_delivery_seconds"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.
@@ -201,7 +204,10 @@ type receiver struct {
 	busy      []atomic.Int64 // requests in flight, per subscription
 	peakSub   atomic.Int64
 	backlog   atomic.Int64
-	live      atomic.Int64
+	// firstBacklog is when the first backlog event arrived (UnixNano; 0:
+	// none yet).
+	firstBacklog atomic.Int64
+	live         atomic.Int64
 }
 
 func newReceiver(subscriptions, failing, slow int, slowDelay time.Duration) *receiver {
@@ -241,7 +247,9 @@ func newReceiver(subscriptions, failing, slow int, slowDelay time.Duration) *rec
 			rc.mu.Unlock()
 			rc.live.Add(1)
 		} else {
-			rc.backlog.Add(1)
+			if rc.backlog.Add(1) == 1 {
+				rc.firstBacklog.Store(r.Received.UnixNano())
+			}
 		}
 	}
 	return rc
