@@ -3,6 +3,7 @@ package contract
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -75,6 +76,65 @@ func FuzzParseEnvelope(f *testing.F) {
 		out2, _ := e2.Marshal()
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("envelope does not round-trip:\n%s\n%s", out, out2)
+		}
+	})
+}
+
+// FuzzParseEnvelopeFastPathIsUnmarshal: whenever the fast path reads a body,
+// encoding/json reads it too and to the same envelope — so the fast path
+// never accepts what the decoder refuses, nor reads a field differently.
+// Bodies are arbitrary, and Marshal's own output for fuzzed fields (the
+// shape the fast path exists for, which it must then read).
+func FuzzParseEnvelopeFastPathIsUnmarshal(f *testing.F) {
+	f.Add([]byte(`{"id":"e1","type":"asset.created","asset_id":"a-1","asset_seq":7,"timestamp":"2026-01-01T00:00:00Z","data":{"a":1}}`),
+		"e1", "t", "a", int64(1), "2026-01-01T00:00:00.5Z", []byte(`{"a":[1,2]}`), true)
+	f.Add([]byte(`{"id":"e1","type":"t","asset_id":null,"asset_seq":null,"timestamp":"x","data":null}`),
+		"", "t", "", int64(0), "", []byte(`null`), false)
+	f.Add([]byte(`{"id":"e1","type":"t","asset_id":null,"asset_seq":01,"timestamp":"x","data":1}`),
+		"é", "t\"", "a\\b", int64(-1), "x", []byte(` {"a" : 1} `), true)
+	f.Add([]byte(`{"id":"e1","type":"t","asset_id":null,"asset_seq":-0,"timestamp":"x","data":{} }`),
+		"e", "t", "a", int64(9223372036854775807), "x", []byte(`"s"`), true)
+	f.Add([]byte(`{"id":"e1","type":"t","asset_id":null,"asset_seq":1e3,"timestamp":"x","data":{}}`),
+		"e", "t", "a", int64(-9223372036854775808), "x", []byte(`[]`), false)
+	f.Add([]byte(`{"id":"e1","type":"t","asset_id":null,"asset_seq":99999999999999999999,"timestamp":"x","data":{}},"id":"b"}`),
+		"e", "t", "a", int64(0), "x", []byte(`{"a":1},"b":{`), true)
+	f.Fuzz(func(t *testing.T, body []byte, id, typ, asset string, seq int64, ts string, data []byte, hasAsset bool) {
+		check := func(b []byte) (read bool) {
+			t.Helper()
+			fast, ok := parseEnvelopeFast(b)
+			if !ok {
+				return false
+			}
+			var slow Envelope
+			if err := json.Unmarshal(b, &slow); err != nil {
+				t.Fatalf("fast path read %q, encoding/json refuses it: %v", b, err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("fast path and encoding/json differ on %q:\nfast %+v\njson %+v", b, fast, slow)
+			}
+			return true
+		}
+		check(body)
+		var a *string
+		if hasAsset {
+			a = &asset
+		}
+		e := Envelope{ID: id, Type: typ, AssetID: a, AssetSeq: &seq, Timestamp: ts, Data: data}
+		out, err := e.Marshal()
+		if err != nil {
+			return
+		}
+		read := check(out)
+		plain := func(s string) bool {
+			for i := 0; i < len(s); i++ {
+				if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+					return false
+				}
+			}
+			return true
+		}
+		if !read && plain(id) && plain(typ) && (!hasAsset || plain(asset)) && plain(ts) {
+			t.Fatalf("fast path did not read Marshal's own output %q", out)
 		}
 	})
 }

@@ -26,12 +26,17 @@ const (
 // signature covers, so a replayed request ages out of the receiver's
 // tolerance), webhook-signature, content-type and user-agent. traceparent is
 // injected by the HTTP client's propagator.
+//
+// The five values share one backing array (one allocation per request, not
+// five); each header's slice is capped at its one value, so an append to a
+// header copies instead of overwriting the next one.
 func SetWebhookHeaders(h http.Header, webhookID string, timestamp int64, signature, userAgent string) {
-	h[canonContentType] = []string{ContentTypeJSON}
-	h[canonUserAgent] = []string{userAgent}
-	h[canonWebhookID] = []string{webhookID}
-	h[canonWebhookTimestamp] = []string{strconv.FormatInt(timestamp, 10)}
-	h[canonWebhookSignature] = []string{signature}
+	v := &[5]string{ContentTypeJSON, userAgent, webhookID, strconv.FormatInt(timestamp, 10), signature}
+	h[canonContentType] = v[0:1:1]
+	h[canonUserAgent] = v[1:2:2]
+	h[canonWebhookID] = v[2:3:3]
+	h[canonWebhookTimestamp] = v[3:4:4]
+	h[canonWebhookSignature] = v[4:5:5]
 }
 
 // The headers' canonical forms (what http.Header.Set would store), made once
@@ -149,10 +154,20 @@ func (e Envelope) AssetKey() string {
 // ParseEnvelope reads a webhook body. It refuses a body that is not a JSON
 // object with a non-empty id and type: signed by the bridge but not its
 // envelope is a bug no retry fixes.
+//
+// A body in exactly Marshal's shape — the six keys in order, no whitespace
+// between them, ids, types, asset ids and timestamps of printable ASCII
+// without escapes — is read by parseEnvelopeFast without reflection (a
+// receiver checking every request of a benchmark spent most of its parse in
+// encoding/json's decoder); anything else goes through encoding/json.
+// FuzzParseEnvelopeFastPathIsUnmarshal holds the two to the same result.
 func ParseEnvelope(body []byte) (Envelope, error) {
-	var e Envelope
-	if err := json.Unmarshal(body, &e); err != nil {
-		return Envelope{}, fmt.Errorf("webhook body is not the envelope: %w", err)
+	e, ok := parseEnvelopeFast(body)
+	if !ok {
+		e = Envelope{} // nothing of the fast path's partial read stays
+		if err := json.Unmarshal(body, &e); err != nil {
+			return Envelope{}, fmt.Errorf("webhook body is not the envelope: %w", err)
+		}
 	}
 	switch {
 	case e.ID == "":
@@ -162,3 +177,130 @@ func ParseEnvelope(body []byte) (Envelope, error) {
 	}
 	return e, nil
 }
+
+// parseEnvelopeFast reads a body in Marshal's exact shape and reports
+// whether it was one; when it reports false, json.Unmarshal decides. When
+// it reports true its envelope is the one json.Unmarshal gives: the keys are
+// the struct's own in order, once each; the strings have nothing that
+// decoding would change (no escapes, no bytes outside printable ASCII);
+// asset_seq is a JSON integer that fits an int64; data is a valid JSON
+// value with nothing around it, copied as json.RawMessage copies it.
+func parseEnvelopeFast(body []byte) (e Envelope, ok bool) {
+	// The strings are cut from one copy of everything before data: one
+	// allocation, not four.
+	var head string
+	if i := bytes.Index(body, []byte(`,"data":`)); i >= 0 {
+		head = string(body[:i])
+	}
+	b := head
+	// asset_id and asset_seq point into one allocation.
+	var vals *struct {
+		asset string
+		seq   int64
+	}
+	if b, ok = cutPrefix(b, `{"id":`); !ok {
+		return e, false
+	}
+	if e.ID, b, ok = plainString(b); !ok {
+		return e, false
+	}
+	if b, ok = cutPrefix(b, `,"type":`); !ok {
+		return e, false
+	}
+	if e.Type, b, ok = plainString(b); !ok {
+		return e, false
+	}
+	if b, ok = cutPrefix(b, `,"asset_id":`); !ok {
+		return e, false
+	}
+	if rest, isNull := cutPrefix(b, "null"); isNull {
+		b = rest
+	} else {
+		var asset string
+		if asset, b, ok = plainString(b); !ok {
+			return e, false
+		}
+		vals = &struct {
+			asset string
+			seq   int64
+		}{asset: asset}
+		e.AssetID = &vals.asset
+	}
+	if b, ok = cutPrefix(b, `,"asset_seq":`); !ok {
+		return e, false
+	}
+	if rest, isNull := cutPrefix(b, "null"); isNull {
+		b = rest
+	} else {
+		n := 0
+		if n < len(b) && b[n] == '-' {
+			n++
+		}
+		digits := n
+		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+			n++
+		}
+		// JSON's integers: no leading zero, at least one digit; a fraction
+		// or an exponent (which int64 refuses) is left to encoding/json.
+		if n == digits || (b[digits] == '0' && n > digits+1) {
+			return e, false
+		}
+		seq, err := strconv.ParseInt(b[:n], 10, 64)
+		if err != nil {
+			return e, false
+		}
+		if vals == nil {
+			vals = &struct {
+				asset string
+				seq   int64
+			}{}
+		}
+		vals.seq = seq
+		e.AssetSeq, b = &vals.seq, b[n:]
+	}
+	if b, ok = cutPrefix(b, `,"timestamp":`); !ok {
+		return e, false
+	}
+	if e.Timestamp, b, ok = plainString(b); !ok {
+		return e, false
+	}
+	if b != "" {
+		return e, false
+	}
+	rest := body[len(head)+len(`,"data":`):]
+	if len(rest) < 2 || rest[len(rest)-1] != '}' {
+		return e, false
+	}
+	data := rest[:len(rest)-1]
+	if isJSONSpace(data[0]) || isJSONSpace(data[len(data)-1]) || !json.Valid(data) {
+		return e, false
+	}
+	e.Data = append(json.RawMessage(nil), data...)
+	return e, true
+}
+
+func cutPrefix(b, prefix string) (string, bool) {
+	if len(b) < len(prefix) || b[:len(prefix)] != prefix {
+		return b, false
+	}
+	return b[len(prefix):], true
+}
+
+// plainString reads a JSON string of printable ASCII without '"' or '\\'
+// at the start of b: one that decodes to its own bytes.
+func plainString(b string) (string, string, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", b, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return "", b, false
+		}
+	}
+	return "", b, false
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

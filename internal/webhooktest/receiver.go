@@ -81,12 +81,15 @@ type Request struct {
 }
 
 // TraceID is the trace id of the request's traceparent ("" if malformed).
+// It reads the fields in place (every accepted request asks for it).
 func (r *Request) TraceID() string {
-	parts := strings.Split(r.Traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
+	_, rest, ok1 := strings.Cut(r.Traceparent, "-")
+	id, rest, ok2 := strings.Cut(rest, "-")
+	_, rest, ok3 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 || !ok3 || strings.Contains(rest, "-") || len(id) != 32 {
 		return ""
 	}
-	return parts[1]
+	return id
 }
 
 // Stats is what the receiver has seen so far.
@@ -205,28 +208,54 @@ func (r *Receiver) now() time.Time {
 	return time.Now()
 }
 
+// Incoming is one request as a server hands it to Handle. ServeHTTP builds
+// it from net/http; a server of another kind (the delivery benchmark's)
+// builds it from its own request, so both check exactly the same way.
+type Incoming struct {
+	Method string
+	// Subscription names the subscription the request is for (ServeHTTP:
+	// StreamOf's answer).
+	Subscription                                 string
+	WebhookID, Timestamp, Signature, Traceparent string
+	// Body is the request body, which Handle keeps (in Request.Body):
+	// the caller must not reuse it.
+	Body []byte
+	// BodyErr: the body was larger than MaxBodyBytes or could not be read
+	// (answered 413).
+	BodyErr error
+	// Done, when not nil, is closed when the request is abandoned: a delay
+	// chosen by Respond ends early.
+	Done <-chan struct{}
+}
+
+// MaxBodyBytes is the most a server reads of one body (MaxBody or
+// DefaultMaxBody).
+func (r *Receiver) MaxBodyBytes() int64 {
+	if r.MaxBody > 0 {
+		return r.MaxBody
+	}
+	return DefaultMaxBody
+}
+
 // ServeHTTP implements http.Handler.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	rq := &Request{
-		Received:    r.now(),
+	in := Incoming{
+		Method:      req.Method,
 		WebhookID:   req.Header.Get(contract.HeaderWebhookID),
 		Timestamp:   req.Header.Get(contract.HeaderWebhookTimestamp),
 		Signature:   req.Header.Get(contract.HeaderWebhookSignature),
 		Traceparent: req.Header.Get(contract.HeaderTraceparent),
+		Done:        req.Context().Done(),
 	}
 	if r.StreamOf != nil {
-		rq.Subscription = r.StreamOf(req)
+		in.Subscription = r.StreamOf(req)
 	} else {
-		rq.Subscription = req.URL.Path
+		in.Subscription = req.URL.Path
 	}
-	status, msg := r.handle(w, req, rq)
-	rq.Status = status
-	if rq.Answered.IsZero() {
-		rq.Answered = r.now()
+	if req.Method == http.MethodPost {
+		in.Body, in.BodyErr = readBody(w, req, r.MaxBodyBytes())
 	}
-	if r.Observe != nil {
-		r.Observe(rq)
-	}
+	status, msg := r.Handle(&in)
 	if status >= 200 && status < 300 {
 		w.WriteHeader(status)
 		return
@@ -234,41 +263,61 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	http.Error(w, msg, status)
 }
 
-// handle decides the answer; the stream's in-flight mark is released when it
-// returns, before net/http sends the answer, so the bridge's next request of
-// the stream cannot be mistaken for an overlap.
-func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request) (int, string) {
+// Handle checks one request (see the package's description) and returns the
+// answer to send: its status and, for an error, a short text. Observe has
+// seen the request when it returns.
+func (r *Receiver) Handle(in *Incoming) (status int, msg string) {
+	rq := &Request{
+		Subscription: in.Subscription,
+		Received:     r.now(),
+		WebhookID:    in.WebhookID,
+		Timestamp:    in.Timestamp,
+		Signature:    in.Signature,
+		Traceparent:  in.Traceparent,
+		Body:         in.Body,
+	}
+	status, msg = r.handle(in, rq)
+	rq.Status = status
+	if rq.Answered.IsZero() {
+		rq.Answered = r.now()
+	}
+	if r.Observe != nil {
+		r.Observe(rq)
+	}
+	return status, msg
+}
+
+// handle decides the answer; the stream's in-flight mark is released before
+// it returns, before the server sends the answer, so the bridge's next
+// request of the stream cannot be mistaken for an overlap.
+func (r *Receiver) handle(in *Incoming, rq *Request) (int, string) {
 	r.mu.Lock()
 	r.stats.Requests++
-	r.mu.Unlock()
-	if req.Method != http.MethodPost {
+	if in.Method != http.MethodPost {
 		rq.Outcome = Malformed
-		r.count(func(s *Stats) { s.Malformed++ })
+		r.stats.Malformed++
+		r.mu.Unlock()
 		return http.StatusMethodNotAllowed, "POST only"
 	}
-	limit := r.MaxBody
-	if limit <= 0 {
-		limit = DefaultMaxBody
-	}
-	body, err := readBody(w, req, limit)
-	rq.Body = body
-	if err != nil {
+	if in.BodyErr != nil {
 		rq.Outcome = Malformed
-		r.count(func(s *Stats) { s.Malformed++ })
+		r.stats.Malformed++
+		r.mu.Unlock()
 		return http.StatusRequestEntityTooLarge, "body too large or unreadable"
 	}
-	r.mu.Lock()
 	v := r.verifiers[rq.Subscription]
 	if v == nil {
 		v = r.verifiers[""]
 	}
-	r.mu.Unlock()
 	if v == nil {
 		rq.Outcome = NotReady
-		r.count(func(s *Stats) { s.NotReady++ })
+		r.stats.NotReady++
+		r.mu.Unlock()
 		return http.StatusServiceUnavailable, "not subscribed yet"
 	}
-	if err := v.Verify(body, req.Header, time.Now()); err != nil {
+	r.mu.Unlock()
+	body := in.Body
+	if err := v.Verify(body, in.WebhookID, in.Timestamp, in.Signature, time.Now()); err != nil {
 		rq.Outcome = BadSignature
 		r.mu.Lock()
 		r.stats.SignatureFailures++
@@ -297,11 +346,6 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 	}
 	r.inFlight[stream]++
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.inFlight[stream]--
-		r.mu.Unlock()
-	}()
 
 	status, delay := http.StatusNoContent, time.Duration(0)
 	if r.Respond != nil {
@@ -311,19 +355,20 @@ func (r *Receiver) handle(w http.ResponseWriter, req *http.Request, rq *Request)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
-		case <-req.Context().Done():
+		case <-in.Done:
 			t.Stop()
 		}
 	}
 	rq.Answered = r.now()
-	if status < 200 || status >= 300 {
-		rq.Outcome = Refused
-		r.count(func(s *Stats) { s.Refused++ })
-		return status, "refused by the test"
-	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.inFlight[stream]--
+	if status < 200 || status >= 300 {
+		rq.Outcome = Refused
+		r.stats.Refused++
+		return status, "refused by the test"
+	}
 	if _, dup := r.seen[ev]; dup {
 		rq.Outcome = Duplicate
 		r.stats.Duplicates++

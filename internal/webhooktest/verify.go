@@ -6,15 +6,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"hash"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
-	"github.com/outboxbridge/bridge/internal/contract"
 )
 
 // verifier checks Standard Webhooks signatures with one secret: the
@@ -40,10 +37,10 @@ func newVerifier(secret string) (*verifier, error) {
 	return &verifier{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}, nil
 }
 
-func (v *verifier) Verify(body []byte, h http.Header, now time.Time) error {
-	id := h.Get(contract.HeaderWebhookID)
-	sigs := h.Get(contract.HeaderWebhookSignature)
-	ts := h.Get(contract.HeaderWebhookTimestamp)
+// Verify checks body against the request's webhook-id, webhook-timestamp
+// and webhook-signature header values ("" when a header is missing), as the
+// reference library's Verify does with the headers.
+func (v *verifier) Verify(body []byte, id, ts, sigs string, now time.Time) error {
 	if id == "" || sigs == "" || ts == "" {
 		return fmt.Errorf("unable to verify payload, err: %w", standardwebhooks.ErrRequiredHeaders)
 	}
@@ -61,23 +58,32 @@ func (v *verifier) Verify(body []byte, h http.Header, now time.Time) error {
 	}
 	mac := v.macs.Get().(hash.Hash)
 	mac.Reset()
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write(strconv.AppendInt(nil, secs, 10))
-	mac.Write([]byte{'.'})
+	// id, '.', the timestamp as the library formats it, '.', in one write.
+	var buf [64]byte
+	head := append(buf[:0], id...)
+	head = append(head, '.')
+	head = strconv.AppendInt(head, secs, 10)
+	head = append(head, '.')
+	mac.Write(head)
 	mac.Write(body)
 	var sum [sha256.Size]byte
 	var enc [44]byte // base64 of 32 bytes
 	base64.StdEncoding.Encode(enc[:], mac.Sum(sum[:0]))
 	v.macs.Put(mac)
-	for _, s := range strings.Split(sigs, " ") {
-		parts := strings.Split(s, ",")
-		if len(parts) < 2 || parts[0] != "v1" {
-			continue
+	// The reference splits the header on ' ' and each part on ',': a part
+	// counts when its first field is "v1" and its second matches.
+	for rest := sigs; ; {
+		part, more, found := strings.Cut(rest, " ")
+		if ver, sig, ok := strings.Cut(part, ","); ok && ver == "v1" {
+			sig, _, _ = strings.Cut(sig, ",")
+			if hmac.Equal([]byte(sig), enc[:]) {
+				return nil
+			}
 		}
-		if hmac.Equal([]byte(parts[1]), enc[:]) {
-			return nil
+		if !found {
+			break
 		}
+		rest = more
 	}
 	return fmt.Errorf("unable to verify payload, err: %w", standardwebhooks.ErrNoMatchingSignature)
 }

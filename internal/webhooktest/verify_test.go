@@ -3,6 +3,7 @@ package webhooktest
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,10 @@ func TestVerifierAgreesWithTheReference(t *testing.T) {
 		{"no id", "", strconv.FormatInt(now.Unix(), 10), good, body, false},
 		{"v2 only", "e1", strconv.FormatInt(now.Unix(), 10), "v2," + good[3:], body, false},
 		{"no comma", "e1", strconv.FormatInt(now.Unix(), 10), "v1" + good[3:], body, false},
+		{"a third field", "e1", strconv.FormatInt(now.Unix(), 10), good + ",x", body, true},
+		{"empty parts around it", "e1", strconv.FormatInt(now.Unix(), 10), "  " + good + " ", body, true},
+		{"empty second field", "e1", strconv.FormatInt(now.Unix(), 10), "v1,," + good[3:], body, false},
+		{"a long id", strings.Repeat("i", 300), strconv.FormatInt(now.Unix(), 10), sign(ref, strings.Repeat("i", 300), now, body), body, true},
 	}
 	for _, tc := range cases {
 		h := http.Header{}
@@ -58,7 +63,9 @@ func TestVerifierAgreesWithTheReference(t *testing.T) {
 			}
 		}
 		for range 2 { // the second check reuses the pooled HMAC
-			got, want := v.Verify(tc.body, h, time.Now()), ref.Verify(tc.body, h)
+			got := v.Verify(tc.body, h.Get(contract.HeaderWebhookID), h.Get(contract.HeaderWebhookTimestamp),
+				h.Get(contract.HeaderWebhookSignature), time.Now())
+			want := ref.Verify(tc.body, h)
 			if (got == nil) != tc.wantAccepted || (want == nil) != tc.wantAccepted {
 				t.Fatalf("%s: verifier %v, reference %v; want accepted=%v", tc.name, got, want, tc.wantAccepted)
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -36,12 +35,29 @@ func TestRunDeliversEverythingInOrder(t *testing.T) {
 	}
 }
 
+// The bench's server (fasthttp around webhooktest's checks) counts order
+// violations and duplicates per subscription, refuses a bad signature, and
+// tracks the requests in flight per subscription.
 func TestReceiverCountsOrderViolations(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(0, 0, 0)
+	rc := newReceiver(2, 0, 0, 0)
 	secret := store.NewSecret()
 	if err := rc.SetSecret("", secret); err != nil {
 		t.Fatal(err)
+	}
+	base, stop, err := rc.listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	do := func(req *http.Request) int {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
 	}
 	post := func(path string, seq int, id string) {
 		t.Helper()
@@ -56,12 +72,10 @@ func TestReceiverCountsOrderViolations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(body))
 		contract.SetWebhookHeaders(req.Header, id, now, sig, "test")
-		w := httptest.NewRecorder()
-		rc.ServeHTTP(w, req)
-		if w.Code != http.StatusNoContent {
-			t.Fatalf("%s %d: status %d", path, seq, w.Code)
+		if code := do(req); code != http.StatusNoContent {
+			t.Fatalf("%s %d: status %d", path, seq, code)
 		}
 	}
 	post("/s/0", 1, "e1")
@@ -70,8 +84,18 @@ func TestReceiverCountsOrderViolations(t *testing.T) {
 	post("/s/0", 2, "e2") // a duplicate
 	post("/s/0", 4, "e4") // 3 skipped: would arrive late
 	post("/s/0", 3, "e3")
-	if st := rc.Stats(); st.OrderViolations != 2 || st.Duplicates != 1 {
-		t.Fatalf("violations=%d duplicates=%d, want 2 and 1", st.OrderViolations, st.Duplicates)
+	body := []byte(`{"id":"e5","type":"bench.event","asset_id":"a","asset_seq":5,"timestamp":"2026-01-01T00:00:00Z","data":{}}`)
+	req, _ := http.NewRequest(http.MethodPost, base+"/s/0", bytes.NewReader(body))
+	contract.SetWebhookHeaders(req.Header, "e5", time.Now().Unix(), "v1,bm90IHRoZSBzaWduYXR1cmU=", "test")
+	if code := do(req); code != http.StatusUnauthorized {
+		t.Fatalf("bad signature: status %d, want 401", code)
+	}
+	if st := rc.Stats(); st.OrderViolations != 2 || st.Duplicates != 1 || st.SignatureFailures != 1 || st.Accepted != 5 {
+		t.Fatalf("violations=%d duplicates=%d signature failures=%d accepted=%d, want 2, 1, 1 and 5",
+			st.OrderViolations, st.Duplicates, st.SignatureFailures, st.Accepted)
+	}
+	if rc.peakSub.Load() != 1 || rc.backlog.Load() != 5 {
+		t.Fatalf("peak in flight %d, backlog events counted %d; want 1 and 5", rc.peakSub.Load(), rc.backlog.Load())
 	}
 }
 
@@ -102,5 +126,29 @@ func TestRunFastLaneWritesOnlyTheAttemptLog(t *testing.T) {
 		res.PostgresUpdatesPerDelivery > 0.05 || res.PostgresDeletesPerDelivery > 0.05 {
 		t.Fatalf("row writes per delivery: inserts %.3f, updates %.3f, deletes %.3f",
 			res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)
+	}
+}
+
+// Three members: the group forms (each owns a share of the partitions)
+// before the backlog is committed, and the drain has no order violation,
+// overlap or duplicate across the members.
+func TestRunFastLaneReplicasFormTheGroupFirst(t *testing.T) {
+	db := pgtest.NewParallel(t)
+	brokers := kafkatest.RealBrokers(t)
+	res, err := Run(context.Background(), db.Pool, Options{
+		Subscriptions: 3, Assets: 20, Events: 600, Replicas: 3,
+		Deliverer: delivery.Config{Workers: 16, PollInterval: 50 * time.Millisecond},
+		Timeout:   2 * time.Minute,
+		Kafka:     &FastLaneOptions{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Partitions: 6},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OrderViolations != 0 || res.NotDelivered != 0 || res.Overlaps != 0 || res.Duplicates != 0 || res.SignatureFailures != 0 {
+		t.Fatalf("violations=%d not delivered=%d overlaps=%d duplicates=%d signature failures=%d",
+			res.OrderViolations, res.NotDelivered, res.Overlaps, res.Duplicates, res.SignatureFailures)
+	}
+	if res.Replicas != 3 || res.GroupFormSeconds <= 0 || res.DeliveriesPerSecond <= 0 {
+		t.Fatalf("replicas %d, group formed in %.3fs, %.0f/s", res.Replicas, res.GroupFormSeconds, res.DeliveriesPerSecond)
 	}
 }

@@ -62,8 +62,7 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	if parts <= 0 {
 		parts = 12
 	}
-	cl, err := kgo.NewClient(append(kopts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerBatchMaxBytes(1<<20))...)
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -80,12 +79,89 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}()
 	records := o.Events / o.Subscriptions
 	res.Events = records * o.Subscriptions
+
+	// The group forms first, on the empty topic: every member has joined
+	// and the partitions are spread before the backlog exists, so the
+	// drain measures a steady group delivering, not members joining one
+	// after another and partitions moving between them while it runs.
+	group := "bench-deliver-" + uuid.NewString()[:8]
+	var pools []*pgxpool.Pool
+	var lanes []*fastlane.Lane
+	var slows []*delivery.Deliverer
+	closePools := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+		pools = nil
+	}
+	defer closePools()
+	for r := range o.Replicas {
+		p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
+		if err != nil {
+			return nil, fmt.Errorf("replica pool: %w", err)
+		}
+		pools = append(pools, p)
+		rcfg := dc
+		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
+		d, err := delivery.NewDeliverer(p, rcfg)
+		if err != nil {
+			return nil, err
+		}
+		l, err := fastlane.New(p, kopts, fastlane.Config{
+			Group: group, Topics: []string{topic}, Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription,
+			Timeout: dc.Timeout, RetrySchedule: dc.RetrySchedule, AllowedCIDRs: dc.AllowedCIDRs, Logger: o.Logger, ID: rcfg.ID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		slows, lanes = append(slows, d), append(lanes, l)
+	}
+	runCtx, stopAll := context.WithCancel(ctx)
+	errs := make(chan error, 2*len(lanes))
+	for i := range lanes {
+		go func() { errs <- slows[i].Run(runCtx) }()
+		go func() { errs <- lanes[i].Run(runCtx) }()
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stopAll()
+		var all []error
+		for range 2 * len(lanes) {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
+	defer stop() //nolint:errcheck // stopped (and its error returned) after the drain
+	formed := time.Now()
+	if err := waitUntil(ctx, func() bool { return spread(lanes, int(parts)) }); err != nil {
+		return nil, fmt.Errorf("consumer group of %d members did not form: %w", len(lanes), err)
+	}
+	res.GroupFormSeconds = time.Since(formed).Seconds()
+	o.Logger.InfoContext(ctx, "consumer group formed", "members", len(lanes), "elapsed_seconds", res.GroupFormSeconds)
+
+	// The backlog is produced in one transaction: the members read
+	// committed records only, so none of it is delivered before the commit
+	// starts the drain's clock.
+	txn, err := kgo.NewClient(append(kopts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.TransactionalID("bench-deliver-"+uuid.NewString()),
+		kgo.TransactionTimeout(5*time.Minute))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka transactional client: %w", err)
+	}
+	defer txn.Close()
+	if err := txn.BeginTransaction(); err != nil {
+		return nil, fmt.Errorf("begin the backlog's transaction: %w", err)
+	}
 	pad := strings.Repeat("x", 160)
 	seqs := make([]int64, o.Assets)
 	start := time.Now()
 	batch := make([]*kgo.Record, 0, 10000)
 	flush := func() error {
-		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+		if err := txn.ProduceSync(ctx, batch...).FirstErr(); err != nil {
 			return fmt.Errorf("produce backlog: %w", err)
 		}
 		batch = batch[:0]
@@ -113,73 +189,29 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, err
 	}
 	res.InsertSeconds = time.Since(start).Seconds()
-	o.Logger.InfoContext(ctx, "backlog produced", "records", records, "deliveries", res.Events, "elapsed_seconds", res.InsertSeconds)
+	o.Logger.InfoContext(ctx, "backlog produced, not committed yet", "records", records, "deliveries", res.Events, "elapsed_seconds", res.InsertSeconds)
 
-	pool.Reset() // every backend so far exits and reports its counters
+	// Every backend of the bench's own pool exits and reports its counters
+	// (the members have written nothing yet).
+	pool.Reset()
 	before, err := settledRowWrites(ctx, pool)
 	if err != nil {
 		return nil, err
-	}
-	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
-	heap := bench.WatchHeap(20 * time.Millisecond)
-	group := "bench-deliver-" + uuid.NewString()[:8]
-	var pools []*pgxpool.Pool
-	var lanes []*fastlane.Lane
-	var slows []*delivery.Deliverer
-	closePools := func() {
-		for _, p := range pools {
-			p.Close()
-		}
-		pools = nil
-	}
-	defer closePools()
-	for r := range o.Replicas {
-		p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
-		if err != nil {
-			heap.Stop()
-			return nil, fmt.Errorf("replica pool: %w", err)
-		}
-		pools = append(pools, p)
-		rcfg := dc
-		rcfg.ID = fmt.Sprintf("bench-replica-%d", r+1)
-		d, err := delivery.NewDeliverer(p, rcfg)
-		if err != nil {
-			heap.Stop()
-			return nil, err
-		}
-		l, err := fastlane.New(p, kopts, fastlane.Config{
-			Group: group, Topics: []string{topic}, Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription,
-			Timeout: dc.Timeout, RetrySchedule: dc.RetrySchedule, AllowedCIDRs: dc.AllowedCIDRs, Logger: o.Logger, ID: rcfg.ID,
-		})
-		if err != nil {
-			heap.Stop()
-			return nil, err
-		}
-		slows, lanes = append(slows, d), append(lanes, l)
 	}
 	dbName := pool.Config().ConnConfig.Database
 	pgBefore, pgOK := postgresCPU(dbName)
 	selfBefore := selfCPU()
 	prof, err := startProfile(o.Profile)
 	if err != nil {
-		heap.Stop()
 		return nil, err
 	}
 	defer prof.stop() //nolint:errcheck // stopped (and its error returned) after the drain
-	runCtx, stopAll := context.WithCancel(ctx)
-	errs := make(chan error, 2*len(lanes))
+	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	heap := bench.WatchHeap(20 * time.Millisecond)
 	start = time.Now()
-	for i := range lanes {
-		go func() { errs <- slows[i].Run(runCtx) }()
-		go func() { errs <- lanes[i].Run(runCtx) }()
-	}
-	stop := func() error {
-		stopAll()
-		var all []error
-		for range 2 * len(lanes) {
-			all = append(all, <-errs)
-		}
-		return errors.Join(all...)
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		heap.Stop()
+		return nil, fmt.Errorf("commit the backlog's transaction: %w", err)
 	}
 	healthy := int64(records * (o.Subscriptions - unhealthy))
 	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= healthy }); err != nil {
@@ -188,6 +220,7 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), healthy, err)
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
+	res.FirstDeliverySeconds = time.Unix(0, rc.firstBacklog.Load()).Sub(start).Seconds()
 	res.DeliveriesPerSecond = float64(healthy) / res.DrainSeconds
 	if err := prof.stop(); err != nil {
 		heap.Stop()
@@ -238,9 +271,7 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	if res.NotDelivered, err = store.NotDelivered(ctx, pool, subIDs[unhealthy:]); err != nil {
 		return nil, err
 	}
-	rc.mu.Lock()
-	res.PeakInFlightPerSub = rc.peakSub
-	rc.mu.Unlock()
+	res.PeakInFlightPerSub = rc.peakSub.Load()
 	return res, nil
 }
 
@@ -283,4 +314,16 @@ func fastLive(ctx context.Context, o Options, rc *receiver, res *Result, from, u
 	res.LatencyP99MS = ms(lat[min(len(lat)-1, len(lat)*99/100)])
 	res.LatencyMaxMS = ms(lat[len(lat)-1])
 	return records, nil
+}
+
+// spread reports whether the lanes own all parts partitions between them,
+// each within one of the others: the group has formed and its rebalances
+// (cooperative: a revoke, then the assignment) are over.
+func spread(lanes []*fastlane.Lane, parts int) bool {
+	total, lo, hi := 0, parts, 0
+	for _, l := range lanes {
+		n := len(l.Gauges().Partitions)
+		total, lo, hi = total+n, min(lo, n), max(hi, n)
+	}
+	return total == parts && hi-lo <= 1
 }

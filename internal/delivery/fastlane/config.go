@@ -58,6 +58,13 @@ type Config struct {
 	// poll, whose CPU the healthy subscriptions' requests waited for.
 	// Default 100ms.
 	HandOverInterval time.Duration
+	// FetchMaxWait: how long the broker may hold a fetch with no record to
+	// return (kgo.FetchMaxWait). With the client's 5s, members sat out
+	// whole waits in the middle of a drain while committed records were
+	// there to read: a 100,000-delivery drain took 6.3–7.1 s against
+	// 5.6–5.7 s at the same CPU. An idle member asks again ten times a
+	// second per broker. Default 100ms.
+	FetchMaxWait time.Duration
 	// CommitInterval: how often settled offsets are committed. Default 200ms.
 	CommitInterval time.Duration
 	// RefreshInterval: how often subscriptions and park markers are read
@@ -108,6 +115,7 @@ func (c Config) withDefaults() Config {
 	c.HoldLimit = cmp.Or(c.HoldLimit, 10*time.Second)
 	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
 	c.HandOverInterval = cmp.Or(c.HandOverInterval, 100*time.Millisecond)
+	c.FetchMaxWait = cmp.Or(c.FetchMaxWait, 100*time.Millisecond)
 	c.CommitInterval = cmp.Or(c.CommitInterval, 200*time.Millisecond)
 	c.RefreshInterval = cmp.Or(c.RefreshInterval, time.Second)
 	c.LogInterval = cmp.Or(c.LogInterval, 50*time.Millisecond)

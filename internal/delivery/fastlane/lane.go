@@ -363,6 +363,7 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(min(max(cfg.SessionTimeout/10, 100*time.Millisecond), 3*time.Second)),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),

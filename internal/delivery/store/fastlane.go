@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxbridge/bridge/internal/database/statement"
 )
@@ -331,11 +333,24 @@ func (s *DeliveryStore) LogFastAttempts(ctx context.Context, as []FastAttempt, f
 	}
 	if len(as) > 0 {
 		row := make([]any, len(fastAttemptColumns))
+		subs := map[string]any{}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"bridge", "webhook_attempts"}, fastAttemptColumns,
 			pgx.CopyFromSlice(len(as), func(i int) ([]any, error) {
 				a := &as[i]
 				o := &a.Outcome
-				row[0], row[1], row[2], row[3] = a.SubscriptionID, a.EventID, a.EventType, a.Topic
+				// The subscription id goes as the uuid's 16 bytes, parsed
+				// once per subscription and flush: given as a string, pgx
+				// failed to encode it as binary (building an error) on
+				// every row before parsing it.
+				sub, ok := subs[a.SubscriptionID]
+				if !ok {
+					sub = a.SubscriptionID // not a uuid: PostgreSQL says why
+					if u, err := uuid.Parse(a.SubscriptionID); err == nil {
+						sub = pgtype.UUID{Bytes: u, Valid: true}
+					}
+					subs[a.SubscriptionID] = sub
+				}
+				row[0], row[1], row[2], row[3] = sub, a.EventID, a.EventType, a.Topic
 				row[4], row[5], row[6], row[7] = a.Partition, a.Offset, a.AssetID, int32(a.Attempt)
 				row[8], row[9], row[10] = o.StartedAt, float64(o.Duration.Microseconds())/1000, statusArg(o.StatusCode)
 				row[11], row[12], row[13] = nullable(o.Error), nullable(o.ResponseBody), nullable(o.TraceID)
