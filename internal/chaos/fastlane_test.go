@@ -118,9 +118,10 @@ func TestFastLaneParkHandOverUnderKills(t *testing.T) {
 // group re-forms on the restarted broker, the relays produce the backlog
 // the outage held back. Judged from outside as every scenario: nothing
 // lost, nothing reordered per (subscription, asset), duplicates only as
-// repeated webhook-ids (a copy the relay produced again after PostgreSQL
-// lost its SENT mark is posted again, its body's timestamp its own record's:
-// judge.Verdict.ReproducedBodies); and the pipeline catches up within
+// repeated webhook-ids with the same body (a copy the relay produced again
+// after PostgreSQL lost its SENT mark is posted again, with the event's
+// created-at as every copy: judge.Verdict.ReproducedBodies); and the
+// pipeline catches up within
 // fastLaneCatchUp of the broker serving again.
 func TestFastLaneBrokerAndPostgresOutages(t *testing.T) {
 	t.Parallel()

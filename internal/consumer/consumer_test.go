@@ -45,11 +45,22 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 		created := b.record("a1", "order.created", 1, `{"n":1}`)
 		created.Headers = append(created.Headers, kgo.RecordHeader{Key: contract.HeaderTraceparent, Value: []byte(tp)})
 		created.Timestamp = time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
+		// The relay's records carry the event's creation time in
+		// created-at (microseconds, as PostgreSQL keeps them), whatever
+		// their record timestamp; a created-at that does not parse leaves
+		// the record timestamp, and the record is not dead-lettered.
+		itemCreated := time.Date(2026, 11, 30, 8, 59, 59, 987_654_000, time.UTC)
+		item := b.record("a2", "order.item.added", 7, `{"n":2}`)
+		item.Headers = append(item.Headers, kgo.RecordHeader{Key: contract.HeaderCreatedAt, Value: []byte(itemCreated.Format(time.RFC3339Nano))})
+		item.Timestamp = time.Date(2026, 11, 30, 9, 0, 5, 0, time.UTC)
+		bad := b.record("a1", "order", 2, `[1,2,3]`)
+		bad.Headers = append(bad.Headers, kgo.RecordHeader{Key: contract.HeaderCreatedAt, Value: []byte("not a time")})
+		bad.Timestamp = time.Date(2026, 11, 30, 9, 0, 6, 0, time.UTC)
 		recs := []*kgo.Record{
 			created,
-			b.record("a2", "order.item.added", 7, `{"n":2}`),
+			item,
 			b.record("", "customer.updated", 3, `{"n":3}`), // empty key: the null asset
-			b.record("a1", "order", 2, `[1,2,3]`),
+			bad,
 		}
 		b.produce(t, recs...)
 
@@ -93,6 +104,16 @@ func TestRecordsBecomeDeliveriesForMatchingSubscriptionsOnly(t *testing.T) {
 			t.Errorf("event_created_at = %s, want the record timestamp %s", createdAt, created.Timestamp)
 		case traceparent == nil || *traceparent != tp:
 			t.Errorf("traceparent = %v, want the header's %s", traceparent, tp)
+		}
+		for _, c := range []struct {
+			eventType string
+			want      time.Time
+		}{{"order.item.added", itemCreated}, {"order", bad.Timestamp}} {
+			for _, at := range pgtest.Column[time.Time](t, b.db.Pool, `SELECT event_created_at FROM bridge.deliveries WHERE event_type = $1`, c.eventType) {
+				if !at.Equal(c.want) {
+					t.Errorf("%s: event_created_at = %s, want %s", c.eventType, at.UTC().Format(time.RFC3339Nano), c.want.Format(time.RFC3339Nano))
+				}
+			}
 		}
 		var nullAsset int
 		nullAsset = b.count(t, `SELECT count(*) FROM bridge.deliveries WHERE event_type = 'customer.updated' AND asset_id IS NULL AND asset_seq = 3`)

@@ -75,10 +75,10 @@ var goldenEvents = []contract.Event{
 	},
 	{
 		// RELAY_CLOUDEVENTS=binary: the ce_ headers follow the bridge's, and
-		// a row header cannot shadow them.
+		// a row header cannot shadow them, nor the bridge's created-at.
 		DedupID: "0195f3a4-7b1c-7d2e-9f00-000000000002", Topic: "assets", AssetID: ptr("asset-42"), AssetSeq: 8,
 		EventType: "asset.expired", Payload: []byte(`{"asset":"asset-42"}`),
-		Headers:   map[string]string{"ce_type": "forged", "tenant": "acme"},
+		Headers:   map[string]string{"ce_type": "forged", "tenant": "acme", "created-at": "1999-01-01T00:00:00Z"},
 		CreatedAt: time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC), CloudEventsSource: "https://shop.example.com/assets",
 	},
 }
@@ -108,8 +108,17 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v", ev.DedupID, err)
 		}
 		if m.DedupID != ev.DedupID || m.EventType != ev.EventType || m.Traceparent != ev.Traceparent ||
-			m.Tracestate != ev.Tracestate || !bytes.Equal(m.Payload, ev.Payload) || !m.CreatedAt.Equal(rec.Timestamp) {
+			m.Tracestate != ev.Tracestate || !bytes.Equal(m.Payload, ev.Payload) {
 			t.Errorf("decoded %+v from %+v", m, ev)
+		}
+		// The event's creation time comes back from created-at; an event
+		// without one has the record's timestamp.
+		wantCreated := ev.CreatedAt
+		if wantCreated.IsZero() {
+			wantCreated = rec.Timestamp
+		}
+		if !m.CreatedAt.Equal(wantCreated) {
+			t.Errorf("%s: created at %v, want %v", ev.DedupID, m.CreatedAt, wantCreated)
 		}
 		if (m.AssetID == nil) != (ev.AssetID == nil) || (m.AssetID != nil && *m.AssetID != *ev.AssetID) {
 			t.Errorf("asset %v, want %v", m.AssetID, ev.AssetID)
@@ -188,6 +197,61 @@ func TestDecodeFirstHeaderWins(t *testing.T) {
 	}
 	if m.AssetID != nil {
 		t.Errorf("empty key decoded as asset %q, want the null asset", *m.AssetID)
+	}
+}
+
+// The event's time is the created-at header whatever the record's timestamp
+// (every copy of an event carries the same), the record's timestamp for a
+// record without a usable one: a created-at that does not parse is not a
+// reason to dead-letter the record.
+func TestDecodeCreatedAt(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	produced := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
+	withHeader := func(value string) *kgo.Record {
+		ev := goldenEvents[0]
+		ev.CreatedAt = created
+		r := contract.Encode(ev)
+		r.Timestamp = produced
+		for i := range r.Headers {
+			if r.Headers[i].Key == contract.HeaderCreatedAt {
+				r.Headers[i].Value = []byte(value)
+			}
+		}
+		return r
+	}
+	noHeader := contract.Encode(goldenEvents[0])
+	noHeader.Timestamp = produced
+	if slices.ContainsFunc(noHeader.Headers, func(h kgo.RecordHeader) bool { return h.Key == contract.HeaderCreatedAt }) {
+		t.Fatalf("an event without a creation time got a %s header", contract.HeaderCreatedAt)
+	}
+	cases := []struct {
+		name string
+		rec  *kgo.Record
+		want time.Time
+	}{
+		{"header", withHeader(created.Format(time.RFC3339Nano)), created},
+		{"header with an offset", withHeader("2026-03-01T13:00:00.123456+01:00"), created},
+		{"no header", noHeader, produced},
+		{"header not RFC 3339", withHeader("yesterday"), produced},
+		{"header not text", withHeader("\xff\x00"), produced},
+		{"empty header", withHeader(""), produced},
+	}
+	for _, c := range cases {
+		m, err := contract.Decode(c.rec)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !m.CreatedAt.Equal(c.want) {
+			t.Errorf("%s: created at %v, want %v", c.name, m.CreatedAt, c.want)
+		}
+	}
+	// The first created-at wins, as for every bridge header.
+	r := withHeader(created.Format(time.RFC3339Nano))
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderCreatedAt, Value: []byte(produced.Format(time.RFC3339Nano))})
+	if m, err := contract.Decode(r); err != nil || !m.CreatedAt.Equal(created) {
+		t.Errorf("two created-at headers: created at %v (%v), want the first's %v", m.CreatedAt, err, created)
 	}
 }
 

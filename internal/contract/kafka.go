@@ -29,6 +29,13 @@ const (
 	HeaderEventType   = "event-type"
 	HeaderAssetSeq    = "asset-seq"
 	HeaderContentType = "content-type"
+	// HeaderCreatedAt is the row's created_at, the event's creation time:
+	// what every webhook body's timestamp says, the same on every copy of
+	// the event. The record's own timestamp is the produce time, which
+	// differs between copies and is left to the producer: franz-go measures
+	// RecordDeliveryTimeout from it, so a backlog produced with old
+	// timestamps would time out as a whole.
+	HeaderCreatedAt = "created-at"
 )
 
 // Header names of the dead-letter records the consumer writes: where the
@@ -76,7 +83,7 @@ const DeadLetterSuffix = ".dlq"
 // shadow them: a consumer reading "the" dedup-id must get the bridge's.
 var reserved = map[string]bool{
 	HeaderDedupID: true, HeaderTraceID: true, HeaderTraceparent: true, HeaderTracestate: true,
-	HeaderEventType: true, HeaderAssetSeq: true, HeaderContentType: true,
+	HeaderEventType: true, HeaderAssetSeq: true, HeaderContentType: true, HeaderCreatedAt: true,
 }
 
 // Event is one outbox row as it goes onto Kafka.
@@ -112,7 +119,7 @@ func Encode(ev Event) *kgo.Record {
 	if ev.AssetID != nil {
 		key = []byte(*ev.AssetID)
 	}
-	hs := make([]kgo.RecordHeader, 0, 7+len(ev.Headers))
+	hs := make([]kgo.RecordHeader, 0, 8+len(ev.Headers))
 	hs = append(hs, kgo.RecordHeader{Key: HeaderDedupID, Value: []byte(ev.DedupID)})
 	if ev.TraceID != "" {
 		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceID, Value: []byte(ev.TraceID)})
@@ -128,6 +135,12 @@ func Encode(ev Event) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderAssetSeq, Value: []byte(strconv.FormatInt(ev.AssetSeq, 10))},
 		kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ContentTypeJSON)},
 	)
+	// An event without a creation time (none from the relay, which always
+	// has created_at) has no created-at: a reader then falls back to the
+	// record's timestamp rather than to year 1.
+	if !ev.CreatedAt.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderCreatedAt, Value: []byte(formatCreatedAt(ev.CreatedAt))})
+	}
 	cloudEvents := ev.CloudEventsSource != ""
 	if cloudEvents {
 		hs = append(hs,
@@ -135,7 +148,7 @@ func Encode(ev Event) *kgo.Record {
 			kgo.RecordHeader{Key: HeaderCEID, Value: []byte(ev.DedupID)},
 			kgo.RecordHeader{Key: HeaderCESource, Value: []byte(ev.CloudEventsSource)},
 			kgo.RecordHeader{Key: HeaderCEType, Value: []byte(ev.EventType)},
-			kgo.RecordHeader{Key: HeaderCETime, Value: []byte(ev.CreatedAt.UTC().Format(time.RFC3339Nano))},
+			kgo.RecordHeader{Key: HeaderCETime, Value: []byte(formatCreatedAt(ev.CreatedAt))},
 		)
 		// The null asset has no subject (an empty ce_subject is invalid).
 		if ev.AssetID != nil && *ev.AssetID != "" {
@@ -166,9 +179,11 @@ type Message struct {
 	AssetID *string
 	// AssetSeq nil: the record has no asset-seq header (not produced by the
 	// relay).
-	AssetSeq    *int64
-	Payload     []byte
-	CreatedAt   time.Time // the record's timestamp
+	AssetSeq *int64
+	Payload  []byte
+	// CreatedAt is the event's creation time: the created-at header, or
+	// for a record without a valid one the record's timestamp.
+	CreatedAt   time.Time
 	Traceparent string
 	Tracestate  string
 }
@@ -211,6 +226,19 @@ func DecodeWith(ctx context.Context, r *kgo.Record, values ValueDecoder) (Messag
 	for _, h := range r.Headers {
 		var dst *string
 		switch h.Key {
+		case HeaderCreatedAt:
+			// The event's time is informational (the envelope's
+			// timestamp; nothing orders or deduplicates by it), so a
+			// created-at that does not parse is no reason to dead-letter
+			// an otherwise good record: the record's timestamp stands in,
+			// as for a record produced without the header.
+			if !seen[h.Key] {
+				seen[h.Key] = true
+				if t, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil {
+					m.CreatedAt = t
+				}
+			}
+			continue
 		case HeaderDedupID:
 			dst = &dedupID
 		case HeaderEventType:
@@ -297,6 +325,13 @@ func DecodeWith(ctx context.Context, r *kgo.Record, values ValueDecoder) (Messag
 	}
 	m.Payload = value
 	return m, nil
+}
+
+// formatCreatedAt is the text of a creation time on the record (created-at,
+// ce_time): RFC 3339 in UTC with the fractional seconds it has (PostgreSQL
+// keeps microseconds), so it reads back to the same instant.
+func formatCreatedAt(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func fallbackDedupID(r *kgo.Record) string {

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -61,6 +62,23 @@ func TestWireNamesLiveInTheContractOnly(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWireNamesAreDocumented: every header name the contract declares is in
+// docs/contract.md (as `name`), where producers and receivers outside the
+// repository learn it. A header the code writes but the contract does not
+// name is one nobody else can rely on or know to drop.
+func TestWireNamesAreDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "contract.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for value, name := range headerNames(t) {
+		if !strings.Contains(string(doc), "`"+value+"`") {
+			t.Errorf("contract.%s (%q) is not in docs/contract.md", name, value)
+		}
 	}
 }
 

@@ -392,10 +392,14 @@ func TestCrashBetweenProduceAndMark(t *testing.T) {
 		if len(recs) != 2 {
 			t.Fatalf("got %d records, want the row twice", len(recs))
 		}
+		created := b.createdAt(ids[0])
 		for _, r := range recs {
 			if header(r, "dedup-id") != ids[0].String() {
 				t.Fatalf("copy with dedup-id %q, want %s", header(r, "dedup-id"), ids[0])
 			}
+			// Both copies carry the event's time, whatever their own
+			// timestamps (the time of each produce).
+			checkCreatedAt(t, r, created)
 		}
 	})
 }
@@ -598,7 +602,7 @@ func TestRecordShape(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, `SELECT bridge.enqueue($1, 'asset-1', 'asset.created', '{"a":1}', '{"x-tenant":"t1","dedup-id":"spoof"}', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')`, topic).Scan(&id)
+			return tx.QueryRow(ctx, `SELECT bridge.enqueue($1, 'asset-1', 'asset.created', '{"a":1}', '{"x-tenant":"t1","dedup-id":"spoof","created-at":"1999-01-01T00:00:00Z"}', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')`, topic).Scan(&id)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -625,15 +629,18 @@ func TestRecordShape(t *testing.T) {
 		if tp := header(r, "traceparent"); len(tp) != 55 || tp[3:35] != "0af7651916cd43dd8448eb211c80319c" {
 			t.Errorf("traceparent %q does not continue the stored trace", tp)
 		}
-		n := 0
-		for _, h := range r.Headers {
-			if h.Key == "dedup-id" {
-				n++
+		for _, name := range []string{"dedup-id", "created-at"} {
+			n := 0
+			for _, h := range r.Headers {
+				if h.Key == name {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d %s headers: a row header must not shadow the bridge's", n, name)
 			}
 		}
-		if n != 1 {
-			t.Errorf("%d dedup-id headers: a row header must not shadow the bridge's", n)
-		}
+		checkCreatedAt(t, r, b.createdAt(id))
 		if string(r.Key) != "asset-1" || string(r.Value) != `{"a": 1}` {
 			t.Errorf("key %q value %q", r.Key, r.Value)
 		}
@@ -647,6 +654,26 @@ func TestRecordShape(t *testing.T) {
 }
 
 var _ = kgo.Record{}
+
+// createdAt is the row's created_at as PostgreSQL keeps it.
+func (b *testBundle) createdAt(id uuid.UUID) time.Time {
+	b.t.Helper()
+	var at time.Time
+	if err := b.db.Pool.QueryRow(context.Background(), `SELECT created_at FROM bridge.outbox WHERE id = $1`, id).Scan(&at); err != nil {
+		b.t.Fatal(err)
+	}
+	return at
+}
+
+// checkCreatedAt: r's created-at header is want, RFC 3339 in UTC to the
+// microsecond.
+func checkCreatedAt(t *testing.T, r *kgo.Record, want time.Time) {
+	t.Helper()
+	got := header(r, "created-at")
+	if got != want.UTC().Format(time.RFC3339Nano) {
+		t.Errorf("created-at %q, want the row's created_at %s in UTC", got, want.UTC().Format(time.RFC3339Nano))
+	}
+}
 
 // outageCounter counts the relay's outage reports.
 type outageCounter struct{ n *atomic.Int64 }

@@ -124,10 +124,11 @@ type Verdict struct {
 	// SessionDuplicatesAllowed; the consumer's inbox drops them).
 	Reproduced int
 	// ReproducedBodies: an event acknowledged again under the same
-	// webhook-id with a body that differs from the first only in its
-	// "timestamp", the event being in the topic more than once (allowed
-	// only with SessionDuplicatesAllowed): the fast lane posts each copy it
-	// reads, and the envelope's timestamp is the copy's record timestamp.
+	// webhook-id with the same body, the event being in the topic more than
+	// once: the fast lane posts each copy it reads (it has no inbox), and
+	// every copy carries the event's created-at, so the body is the same.
+	// Allowed, counted apart from Redeliveries; a copy whose body differs in
+	// anything, its timestamp included, is a duplicate.
 	ReproducedBodies int
 	// Replayed: requests for an event already acknowledged, made after a
 	// later event of its stream was acknowledged (allowed only with
@@ -297,10 +298,10 @@ func Judge(ev Evidence) Verdict {
 		}
 		if first, ok := acked[k][r.env.ID]; ok {
 			switch {
+			case string(first) == string(r.Body) && copies[r.env.ID] > 1:
+				v.ReproducedBodies++
 			case string(first) == string(r.Body):
 				v.Redeliveries++
-			case ev.SessionDuplicatesAllowed && copies[r.env.ID] > 1 && sameButTimestamp(first, r.Body):
-				v.ReproducedBodies++
 			default:
 				c.add("duplicates", &v.Duplicates, "event %s acknowledged twice by %s with different bodies", r.env.ID, k.sub)
 			}
@@ -357,21 +358,6 @@ func Judge(ev Evidence) Verdict {
 		}
 	}
 	return v
-}
-
-// sameButTimestamp reports whether two envelopes are equal in every field
-// but "timestamp".
-func sameButTimestamp(a, b []byte) bool {
-	var x, y map[string]json.RawMessage
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil || len(x) != len(y) {
-		return false
-	}
-	for k, v := range x {
-		if w, ok := y[k]; !ok || (k != "timestamp" && string(v) != string(w)) {
-			return false
-		}
-	}
-	return true
 }
 
 func judgeKafka(ev Evidence, committed map[string]Committed, notCommitted func(id, where string), c *counter) {

@@ -237,16 +237,17 @@ func TestReplayOfAcknowledgedEventsOnlyWhenAllowed(t *testing.T) {
 }
 
 // A copy of an event produced again after a lost SENT mark is posted again
-// by the fast lane under the same webhook-id, its body's "timestamp" that
-// copy's: counted apart, and allowed only when the run allows copies after
-// a lost mark and the topic holds the event twice. Any other difference in
-// the body is a duplicate.
+// by the fast lane under the same webhook-id with the same body (its
+// timestamp is the event's created-at, not the copy's record timestamp):
+// counted apart from redeliveries when the topic holds the event twice, and
+// allowed. A body that differs in anything, the timestamp included, is a
+// duplicate, even when the run allows copies after a lost mark.
 func TestReproducedCopyPostedAgain(t *testing.T) {
 	wh, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(t *testing.T, allowed, twoCopies bool, data string) Evidence {
+	build := func(t *testing.T, allowed, twoCopies bool, ts, data string) Evidence {
 		ev := clean(t)
 		ev.SessionDuplicatesAllowed = allowed
 		i := find(t, ev, "a", "ev-04")
@@ -261,7 +262,7 @@ func TestReproducedCopyPostedAgain(t *testing.T) {
 		}
 		sign(&ev.Receipts[i], "2026-01-01T00:00:00.1Z", `{"n":4}`)
 		again := ev.Receipts[i]
-		sign(&again, "2026-01-01T00:00:05.2Z", data)
+		sign(&again, ts, data)
 		again.Start = again.End.Add(time.Millisecond)
 		again.End = again.Start.Add(time.Millisecond)
 		ev.Receipts = append(ev.Receipts, again)
@@ -272,19 +273,24 @@ func TestReproducedCopyPostedAgain(t *testing.T) {
 		}
 		return ev
 	}
-	if v := Judge(build(t, true, true, `{"n":4}`)); v.Broken() || v.ReproducedBodies != 1 {
-		t.Fatalf("a re-produced copy posted again with its own timestamp: %s", v.Summary())
+	const same = "2026-01-01T00:00:00.1Z"
+	if v := Judge(build(t, true, true, same, `{"n":4}`)); v.Broken() || v.ReproducedBodies != 1 || v.Redeliveries != 0 {
+		t.Fatalf("a re-produced copy posted again with the same body: %s", v.Summary())
+	}
+	if v := Judge(build(t, true, false, same, `{"n":4}`)); v.Broken() || v.ReproducedBodies != 0 || v.Redeliveries != 1 {
+		t.Fatalf("the same request again, the topic holding the event once, is a redelivery: %s", v.Summary())
 	}
 	for _, tc := range []struct {
 		name             string
 		allowed, twoCopy bool
-		data             string
+		ts, data         string
 	}{
-		{"not allowed by the run", false, true, `{"n":4}`},
-		{"the topic holds the event once", true, false, `{"n":4}`},
-		{"the data differs too", true, true, `{"n":5}`},
+		{"the copy's own timestamp", true, true, "2026-01-01T00:00:05.2Z", `{"n":4}`},
+		{"the copy's own timestamp, not allowed by the run", false, true, "2026-01-01T00:00:05.2Z", `{"n":4}`},
+		{"the topic holds the event once", true, false, "2026-01-01T00:00:05.2Z", `{"n":4}`},
+		{"the data differs", true, true, same, `{"n":5}`},
 	} {
-		if v := Judge(build(t, tc.allowed, tc.twoCopy, tc.data)); v.Duplicates == 0 || !v.Broken() {
+		if v := Judge(build(t, tc.allowed, tc.twoCopy, tc.ts, tc.data)); v.Duplicates == 0 || !v.Broken() {
 			t.Errorf("%s: not caught as a duplicate: %s", tc.name, v.Summary())
 		}
 	}
