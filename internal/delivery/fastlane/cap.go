@@ -62,13 +62,6 @@ func (l *Lane) countPartitions(ctx context.Context) {
 func (l *Lane) admitWaiting() {
 	limit := l.subCap()
 	for _, sub := range l.subs {
-		for len(sub.waiting) > 0 && sub.inFlight < limit {
-			w := sub.waiting[0]
-			sub.waiting[0] = nil
-			sub.waiting = sub.waiting[1:]
-			sub.inFlight++
-			l.ready = append(l.ready, w)
-			l.work.Signal()
-		}
+		l.admit(sub, limit)
 	}
 }

@@ -49,12 +49,6 @@ func (l *Lane) cutDone(s *stream, it *item, rt *route, res delivery.AttemptResul
 	}
 	l.stats.cut.Add(1)
 	s.parkAfterHead = false
-	s.parked = true
-	s.park = &parkInfo{}
-	rest := s.fast
-	s.fast = nil
-	for _, x := range rest {
-		l.toSlowLane(s, x)
-	}
+	l.parkHeld(s)
 	return true
 }

@@ -722,7 +722,13 @@ func (l *Lane) worker(reqCtx context.Context) {
 func (l *Lane) release(s *stream) {
 	sub := l.subs[s.key.sub]
 	sub.inFlight--
-	for limit := l.subCap(); len(sub.waiting) > 0 && sub.inFlight < limit; {
+	l.admit(sub, l.subCap())
+}
+
+// admit starts sub's streams waiting for a slot while it has fewer than
+// limit requests in flight. l.mu held.
+func (l *Lane) admit(sub *subState, limit int) {
+	for len(sub.waiting) > 0 && sub.inFlight < limit {
 		w := sub.waiting[0]
 		sub.waiting[0] = nil
 		sub.waiting = sub.waiting[1:]
@@ -806,6 +812,12 @@ func (l *Lane) parkRest(s *stream) {
 	if len(s.fast) == 0 || s.sending {
 		return
 	}
+	l.parkHeld(s)
+}
+
+// parkHeld parks s and hands every delivery it holds in the fast lane to
+// the slow lane, in order, without an attempt. l.mu held.
+func (l *Lane) parkHeld(s *stream) {
 	s.parked = true
 	s.park = &parkInfo{}
 	rest := s.fast
