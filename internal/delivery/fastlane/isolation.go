@@ -1,6 +1,12 @@
 package fastlane
 
-import "github.com/outboxbridge/bridge/internal/delivery"
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/outboxbridge/bridge/internal/delivery"
+)
 
 // isolation is why a subscription is isolated on a partition, and whether
 // its requests in flight there are cut (a slow endpoint) or may finish (a
@@ -51,4 +57,169 @@ func (l *Lane) cutDone(s *stream, it *item, rt *route, res delivery.AttemptResul
 	s.parkAfterHead = false
 	l.parkHeld(s)
 	return true
+}
+
+// slowerFactor: a subscription is slower than the others when its requests
+// take this many times theirs.
+const slowerFactor = 10
+
+// minRequestsToJudge: a subscription's average counts as a yardstick once
+// it has timed this many requests.
+const minRequestsToJudge = 5
+
+// movingAverage moves avg towards d by 1/weight.
+func movingAverage(avg, d time.Duration, weight int64) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/time.Duration(weight)
+}
+
+// slowerThanOthers reports whether d is slowerFactor times the median of
+// the other subscriptions' average requests. Isolation compares a
+// subscription with the others, so that an endpoint slow for everyone, or
+// a machine slow for every request, isolates no one. l.mu held.
+func (l *Lane) slowerThanOthers(sub string, d time.Duration) bool {
+	var others []time.Duration
+	for id, st := range l.subs {
+		if id != sub && st.n >= minRequestsToJudge {
+			others = append(others, st.took)
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	slices.Sort(others)
+	return d >= slowerFactor*others[len(others)/2]
+}
+
+// isolateSlow looks at the requests in flight: a subscription whose request
+// for a record has been in flight for IsolateAfter, and slowerFactor times
+// the other subscriptions' average request (a slow endpoint, not a slow
+// machine), is handed to the slow lane as a whole on every partition this
+// member owns for IsolationPeriod, its requests in flight cut, so it stops
+// holding the partitions' offsets and memory and the member's workers for
+// the other subscriptions. Slow is a request in flight that long — not a
+// delivery waiting for a worker, which is this member's capacity and the
+// same for every subscription. It looks only at the streams sending (at
+// most Workers), never at every record held.
+func (l *Lane) isolateSlow(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	type partSub struct {
+		p   *partition
+		sub string
+	}
+	var slow map[partSub]isolation
+	for s := range l.sending {
+		if len(s.fast) == 0 || now.Sub(s.sentAt) < l.cfg.IsolateAfter || !l.slowerThanOthers(s.key.sub, now.Sub(s.sentAt)) {
+			continue
+		}
+		p := s.fast[0].rec.part
+		if p.revoked || !p.isolated[s.key.sub].Before(now) {
+			continue
+		}
+		if slow == nil {
+			slow = map[partSub]isolation{}
+		}
+		// The endpoint is slow, not the partition: the subscription is
+		// isolated on every partition this member owns, at once, rather
+		// than one partition each time a request of it there has run
+		// IsolateAfter (its next requests, on the next partition, held
+		// workers as long again).
+		for _, q := range l.parts {
+			if !q.revoked && q.isolated[s.key.sub].Before(now) {
+				slow[partSub{q, s.key.sub}] = isolation{cut: true,
+					why: "a request in flight longer than IsolateAfter and slowerFactor × the other subscriptions' average"}
+			}
+		}
+	}
+	// A subscription that holds a partition's offset: the oldest record
+	// not yet settled has waited HoldLimit, another subscription has
+	// settled it, and this one's delivery of it still waits in the fast
+	// lane while the subscription is at its in-flight cap with streams
+	// waiting for a slot (its backlog grows faster than its endpoint
+	// answers). The others' offset and memory would wait for it: it is
+	// isolated too. A subscription under its cap that is merely behind
+	// is this member's capacity (workers, CPU), the same for every
+	// subscription, and is never isolated: moving it to PostgreSQL would
+	// only make the member slower.
+	for _, p := range l.parts {
+		if p.revoked {
+			continue
+		}
+		head := l.oldestUnsettled(p)
+		if head == nil || now.Sub(head.polled) < l.cfg.HoldLimit {
+			continue
+		}
+		var holders []string
+		for _, it := range head.items {
+			if it.settled || !p.isolated[it.sub].Before(now) {
+				continue
+			}
+			sub := l.subs[it.sub]
+			if sub == nil || sub.inFlight < l.subCap() || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
+				continue
+			}
+			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
+				holders = append(holders, it.sub)
+			}
+		}
+		if len(holders) == 0 || head.pending == len(head.items) {
+			continue
+		}
+		for _, sub := range holders {
+			if slow == nil {
+				slow = map[partSub]isolation{}
+			}
+			if _, ok := slow[partSub{p, sub}]; !ok {
+				slow[partSub{p, sub}] = isolation{why: "at its in-flight cap with streams waiting, holding the partition's oldest record past HoldLimit"}
+			}
+		}
+	}
+	for ps, iso := range slow {
+		l.isolate(ctx, ps.p, ps.sub, now, iso)
+	}
+	return nil
+}
+
+// oldestUnsettled is p's first record with a delivery not yet settled
+// (nil: none). l.mu held.
+func (l *Lane) oldestUnsettled(p *partition) *record {
+	for _, r := range p.recs {
+		if r.pending > 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// isolate hands sub's streams on p to the slow lane: at once for those with
+// nothing in flight; for the others, with iso.cut (a slow endpoint) their
+// requests in flight are cut and the heads handed over first (cutRequest),
+// so no worker waits for an isolated endpoint, and without it (a
+// subscription holding the offset, whose requests are not slow) after the
+// head. l.mu held.
+func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.Time, iso isolation) {
+	p.isolated[sub] = now.Add(l.cfg.IsolationPeriod)
+	streams := 0
+	for key, s := range l.streams {
+		if key.sub != sub || s.parked || !slices.ContainsFunc(s.fast, func(it *item) bool { return it.rec.part == p }) {
+			continue
+		}
+		streams++
+		switch {
+		case s.sending && iso.cut:
+			l.cutRequest(s)
+		case s.sending:
+			s.parkAfterHead = true
+		default:
+			l.parkRest(s)
+		}
+	}
+	l.stats.isolations.Add(1)
+	l.log.WarnContext(ctx, "subscription isolated: it held records of its partition unsettled too long; its deliveries there go through the slow lane for a while",
+		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", iso.why,
+		"for", l.cfg.IsolationPeriod)
 }
