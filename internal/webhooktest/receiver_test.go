@@ -302,6 +302,56 @@ func TestReceiverGapless(t *testing.T) {
 	}
 }
 
+// Bounded keeps a hash per event instead of the per-event maps: on gapless
+// streams it must count exactly what the exact receiver counts — repeats of
+// an acknowledged webhook-id are duplicates, and another event at or below
+// the last asset_seq, a gap, or a first asset_seq above 1 are violations.
+func TestReceiverBoundedCountsAsExact(t *testing.T) {
+	t.Parallel()
+	a, b := "asset-a", "asset-b"
+	a1, a2, a4, n1 := newID(), newID(), newID(), newID()
+	steps := []struct {
+		name  string
+		req   request
+		viol  int
+		acked int
+		dups  int
+	}{
+		{"a:1", request{id: a1, asset: &a, assetSeq: 1}, 0, 1, 0},
+		{"a:2", request{id: a2, asset: &a, assetSeq: 2}, 0, 2, 0},
+		{"a:1 again, same webhook-id", request{id: a1, asset: &a, assetSeq: 1}, 0, 2, 1},
+		{"a:2 again, same webhook-id", request{id: a2, asset: &a, assetSeq: 2}, 0, 2, 2},
+		{"a:1 with another webhook-id", request{id: newID(), asset: &a, assetSeq: 1}, 1, 3, 2},
+		{"a:4, a gap", request{id: a4, asset: &a, assetSeq: 4}, 2, 4, 2},
+		{"a:3 late", request{id: newID(), asset: &a, assetSeq: 3}, 3, 5, 2},
+		{"a:4 again, same webhook-id", request{id: a4, asset: &a, assetSeq: 4}, 3, 5, 3},
+		{"b:2 first", request{id: newID(), asset: &b, assetSeq: 2}, 4, 6, 3},
+		{"b:3", request{id: newID(), asset: &b, assetSeq: 3}, 4, 7, 3},
+		{"b:1 late, never acknowledged", request{id: newID(), asset: &b, assetSeq: 1}, 5, 8, 3},
+		{"null:1", request{id: n1, assetSeq: 1}, 5, 9, 3},
+		{"null:1 again, same webhook-id", request{id: n1, assetSeq: 1}, 5, 9, 4},
+	}
+	exact, secret := newTestReceiver(t)
+	exact.Gapless = true
+	bounded := receiverFor(t, secret)
+	bounded.Bounded = true
+	for _, s := range steps {
+		s.req.secret = secret
+		for mode, rv := range map[string]*webhooktest.Receiver{"exact": exact, "bounded": bounded} {
+			if code := send(t, rv, s.req); code != http.StatusNoContent {
+				t.Fatalf("%s (%s): status = %d, want 204", s.name, mode, code)
+			}
+			if st := rv.Stats(); st.OrderViolations != s.viol || st.Accepted != s.acked || st.Duplicates != s.dups {
+				t.Fatalf("%s (%s): violations/accepted/duplicates = %d/%d/%d, want %d/%d/%d",
+					s.name, mode, st.OrderViolations, st.Accepted, st.Duplicates, s.viol, s.acked, s.dups)
+			}
+		}
+	}
+	if _, ok := bounded.Arrival("/webhooks", a1); ok {
+		t.Error("Bounded kept a per-event arrival")
+	}
+}
+
 // Each subscription verifies with its own secret; a subscription without one
 // is answered 503 (the bridge retries) until it is set.
 func TestReceiverPerSubscriptionSecrets(t *testing.T) {
