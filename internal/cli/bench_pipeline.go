@@ -48,7 +48,17 @@ WAL flush) — and reports:
   - the rate the writers achieved: a run short of the offered rate does not
     count (exit 1, results still printed);
   - order violations, duplicates, overlapping requests, signature failures
-    and rows not delivered (all must be 0).
+    and rows not delivered (all must be 0);
+  - what the slowest seconds were: for each second of the run, beside its
+    p99, the relay's part (commit → record produced, read back from the
+    topic), the garbage collections of this process and of the bridge
+    (GODEBUG=gctrace=1) with both processes' memory, the processes that had
+    the CPU, PostgreSQL's autovacuum workers, checkpoint writes and wait
+    events, and the bridge's log lines; the ten worst seconds are printed.
+
+The receiver keeps per (subscription, asset) only the last asset_seq and a
+hash of each acknowledged webhook-id, so this process's memory does not grow
+with a long run; --exact-receiver keeps the per-event maps instead.
 
 --fast-lane runs the bridge with WEBHOOK_FAST_LANE=true: ` + "`bridge run`" + ` is then
 relay + deliver, and deliveries go out from the topic; only streams handed to
@@ -74,6 +84,7 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 	partitions := c.Flags().Int32("partitions", 6, "partitions of the bench topic")
 	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
+	exact := c.Flags().Bool("exact-receiver", false, "keep the per-event bookkeeping for the whole run (a map entry per webhook in the receiver, every event's commit time): this process's memory then grows with the run")
 	fastLane := c.Flags().Bool("fast-lane", false, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 || *warmUp < 0 {
@@ -100,7 +111,7 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 		stderr := cmd.ErrOrStderr()
 		res, err := pipelinebench.Run(ctx, pool, kopts, pipelinebench.Options{
 			Rate: *rate, Subscriptions: *subs, Duration: *duration, WarmUp: *warmUp, Writers: *writers, TxEvents: *txEvents,
-			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain, FastLane: *fastLane,
+			Assets: *assets, Partitions: *partitions, DrainTimeout: *drain, FastLane: *fastLane, ExactReceiver: *exact,
 			DatabaseURL: withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database),
 			Bridge: func(env []string) *exec.Cmd {
 				bc := exec.CommandContext(ctx, exe, "run")
@@ -150,11 +161,38 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 	if worst := worstSeconds(res.Seconds, 5); worst != "" {
 		rows = append(rows, []string{"p99 second by second", worst})
 	}
+	rows = append(rows, []string{"relay (commit → produced) p50 / p99", fmt.Sprintf("%.1f / %.1f ms", res.RelayP50Ms, res.RelayP99Ms)},
+		[]string{"garbage collection over the load", fmt.Sprintf("bridge %d cycles, longest pause %.1f ms; this bench %d cycles, %.2f cores, peak RSS %.0f MiB (receiver bounded: %t)",
+			res.BridgeGCCycles, res.BridgeGCPauseMax, res.BenchGCCycles, res.BenchGCCPUCores, res.BenchPeakRSSMiB, res.ReceiverBounded)})
+	for _, s := range res.SlowestSeconds {
+		rows = append(rows, []string{fmt.Sprintf("slow second %d", s.Second), secondText(s)})
+	}
 	for _, m := range res.Minutes {
 		rows = append(rows, []string{fmt.Sprintf("minute %d", m.Minute), fmt.Sprintf("%d webhooks, latency p99 %.1f ms; %s; bridge %.2f cores, machine %.2f",
 			m.Webhooks, m.LatencyP99Ms, stagesText(m.Stages), m.BridgeCPUCores, m.MachineBusyCores)})
 	}
 	return printTable(cmd.OutOrStdout(), []string{"MEASURE", "RESULT"}, rows)
+}
+
+// secondText is what happened in one second.
+func secondText(s pipelinebench.Second) string {
+	t := fmt.Sprintf("p99 %.0f ms (max %.0f), relay p99 %.0f ms, produced→fetched p99 %.0f ms; "+
+		"bridge GC %d (pause %.1f ms, CPU %.0f ms, heap %.0f MiB, RSS %.0f MiB); bench GC %d (pause %.1f ms, CPU %.0f ms, heap %.0f MiB, RSS %.0f MiB, run-queue wait p99 %.1f ms); "+
+		"CPU: machine %.2f, %s; PostgreSQL: checkpoint %d buffers, backends %d",
+		s.LatencyP99Ms, s.LatencyMaxMs, s.RelayP99Ms, s.KafkaFetchP99Ms,
+		s.BridgeGCCycles, s.BridgeGCPauseMs, s.BridgeGCCPUMs, s.BridgeHeapMiB, s.BridgeRSSMiB,
+		s.BenchGCCycles, s.BenchGCPauseMs, s.BenchGCCPUMs, s.BenchHeapMiB, s.BenchRSSMiB, s.BenchSchedP99Ms,
+		s.MachineBusyCores, s.TopProcesses, s.CheckpointBuffers, s.BackendBuffers)
+	if s.Autovacuum != "" {
+		t += ", autovacuum: " + s.Autovacuum
+	}
+	if s.PostgresWaits != "" {
+		t += ", waits: " + s.PostgresWaits
+	}
+	if len(s.BridgeLog) > 0 {
+		t += "; bridge log: " + strings.Join(s.BridgeLog, " | ")
+	}
+	return t
 }
 
 func stagesText(s pipelinebench.Stages) string {

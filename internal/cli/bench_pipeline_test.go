@@ -123,6 +123,26 @@ func TestBenchPipelineFastLane(t *testing.T) {
 	if res.HandedOver != 0 || res.LagConsumer != 0 || res.P50 <= 0 {
 		t.Errorf("handed over %d, consumer lag %d, p50 %.1f ms: want no rows, no consumer, a measured latency", res.HandedOver, res.LagConsumer, res.P50)
 	}
+	// What a slow second was: the relay's part read back from the topic,
+	// the bounded receiver, and for the worst seconds the machine's
+	// processes and this bench's memory.
+	var diag struct {
+		RelayP50 float64 `json:"relay_p50_ms"`
+		Bounded  bool    `json:"receiver_bounded"`
+		Slowest  []struct {
+			Webhooks int     `json:"webhooks"`
+			Top      string  `json:"top_processes"`
+			BenchRSS float64 `json:"bench_rss_mib"`
+		} `json:"slowest_seconds"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &diag); err != nil {
+		t.Fatal(err)
+	}
+	if diag.RelayP50 <= 0 || !diag.Bounded || len(diag.Slowest) == 0 || diag.Slowest[0].Webhooks == 0 ||
+		diag.Slowest[0].Top == "" || diag.Slowest[0].BenchRSS <= 0 {
+		t.Errorf("relay p50 %.1f ms, receiver bounded %t, slowest seconds %+v: want a measured relay part, the bounded receiver, and the slowest seconds with their processes and memory",
+			diag.RelayP50, diag.Bounded, diag.Slowest)
+	}
 }
 
 // localPostgres reports whether /proc shows a process named postgres.

@@ -73,6 +73,14 @@ type Options struct {
 	// then delivers straight from the topic (no consume stage, rows only
 	// for streams handed to the slow lane).
 	FastLane bool
+	// ExactReceiver keeps the per-event bookkeeping for the whole run: the
+	// receiver's map entry per (subscription, webhook-id) and every event's
+	// commit time. Without it the receiver is webhooktest's Bounded one
+	// (as strict on these gapless streams) and an event's commit time is
+	// dropped when its last webhook arrives, so this process's memory does
+	// not grow with the run (a gigabyte by the tenth minute otherwise, with
+	// its garbage collector on the cores being measured).
+	ExactReceiver bool
 }
 
 // Result is what `bridge bench pipeline` prints. Field names are stable:
@@ -160,6 +168,24 @@ type Result struct {
 	// HandedOver: deliveries of the load written to bridge.deliveries
 	// (with the fast lane, those handed to the slow lane).
 	HandedOver int64 `json:"handed_over_to_slow_lane"`
+	// ReceiverBounded: the receiver kept per stream only what its checks
+	// need (Options.ExactReceiver false).
+	ReceiverBounded bool `json:"receiver_bounded"`
+	// This process (writers, receiver, bookkeeping): peak resident memory,
+	// and its garbage collector over the load (cycles, CPU in cores).
+	BenchPeakRSSMiB  float64 `json:"bench_peak_rss_mib"`
+	BenchGCCycles    int     `json:"bench_gc_cycles"`
+	BenchGCCPUCores  float64 `json:"bench_gc_cpu_cores"`
+	BridgeGCCycles   int     `json:"bridge_gc_cycles"`       // over the load (gctrace)
+	BridgeGCPauseMax float64 `json:"bridge_gc_pause_max_ms"` // longest stop-the-world pause of a cycle
+	// RelayP50Ms / RelayP99Ms: commit → the relay produced the record (the
+	// record's timestamp, read back from the topic by this process); the rest
+	// of commit→webhook is the broker and the delivering lane.
+	RelayP50Ms float64 `json:"relay_p50_ms"`
+	RelayP99Ms float64 `json:"relay_p99_ms"`
+	// SlowestSeconds are the ten seconds with the highest p99, worst first,
+	// with what was happening in each (see Second).
+	SlowestSeconds []Second `json:"slowest_seconds"`
 }
 
 // Second is one second of the run.
@@ -170,6 +196,42 @@ type Second struct {
 	LatencyMaxMs     float64 `json:"latency_max_ms"`
 	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
 	MachineBusyCores float64 `json:"machine_busy_cores"`
+	// What else happened in the second. Relay: commit → record produced,
+	// p99 over the records produced in the second; KafkaFetch: produced →
+	// fetched by this process's own reader of the topic (a broker stall
+	// shows in both readers).
+	RelayP99Ms      float64 `json:"relay_p99_ms"`
+	KafkaFetchP99Ms float64 `json:"kafka_fetch_p99_ms"`
+	// This process: GC cycles, GC CPU (ms), stop-the-world GC pauses (ms,
+	// summed), p99 of its goroutines' wait to run (ms), live heap and
+	// resident memory (MiB), CPU (cores).
+	BenchGCCycles   int     `json:"bench_gc_cycles"`
+	BenchGCCPUMs    float64 `json:"bench_gc_cpu_ms"`
+	BenchGCPauseMs  float64 `json:"bench_gc_pause_ms"`
+	BenchSchedP99Ms float64 `json:"bench_sched_latency_p99_ms"`
+	BenchHeapMiB    float64 `json:"bench_heap_mib"`
+	BenchRSSMiB     float64 `json:"bench_rss_mib"`
+	BenchCPUCores   float64 `json:"bench_cpu_cores"`
+	// The bridge process (gctrace): GC cycles ending in the second, their
+	// stop-the-world pauses and CPU (ms, summed), its heap after the last
+	// cycle and its resident memory (MiB).
+	BridgeGCCycles  int     `json:"bridge_gc_cycles"`
+	BridgeGCPauseMs float64 `json:"bridge_gc_pause_ms"`
+	BridgeGCCPUMs   float64 `json:"bridge_gc_cpu_ms"`
+	BridgeHeapMiB   float64 `json:"bridge_heap_mib"`
+	BridgeRSSMiB    float64 `json:"bridge_rss_mib"`
+	// The machine's processes that used most CPU in the second ("name
+	// cores, …"; this bench is "bench", the bridge "bridge run").
+	TopProcesses string `json:"top_processes"`
+	// PostgreSQL: buffers the checkpointer and the backends wrote in the
+	// second, the autovacuum workers running and the wait events of
+	// active backends at its start.
+	CheckpointBuffers int64  `json:"checkpoint_buffers_written"`
+	BackendBuffers    int64  `json:"backend_buffers_written"`
+	Autovacuum        string `json:"autovacuum,omitempty"`
+	PostgresWaits     string `json:"postgres_waits,omitempty"`
+	// BridgeLog: the bridge's log lines of the second (warnings and up).
+	BridgeLog []string `json:"bridge_log,omitempty"`
 }
 
 // Stages are the per-stage latency percentiles (ms) over the load.
@@ -208,6 +270,12 @@ type Minute struct {
 	Stages           Stages  `json:"stages"`
 	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
 	MachineBusyCores float64 `json:"machine_busy_cores"`
+	// RelayP99Ms: commit → record produced over the records produced in
+	// the minute; the worst second's p99 and which second it was (from the
+	// load's start).
+	RelayP99Ms       float64 `json:"relay_p99_ms"`
+	WorstSecondP99Ms float64 `json:"worst_second_p99_ms"`
+	WorstSecond      int     `json:"worst_second"`
 }
 
 // ErrShortOfRate: the writers did not commit the offered rate, so the run
@@ -228,42 +296,105 @@ func (o *Options) defaults() {
 	}
 }
 
-// arrivals matches each committed event with its webhooks.
+// arrivals matches each committed event with its webhooks, and with its
+// record on the topic when the topic is read (tapTopic). An event's entry
+// is dropped once its commit, its record and every subscription's webhook
+// have been seen (unless keep), so the bookkeeping holds the events in
+// flight, not the whole run; the samples are pointer-free (16 bytes each),
+// so the garbage collector of the process that receives the webhooks does
+// not scan them.
 type arrivals struct {
-	mu        sync.Mutex
-	committed map[string]time.Time   // dedup id → COMMIT returned
-	early     map[string][]time.Time // received before the writer noted its commit
-	samples   []sample
+	mu      sync.Mutex
+	subs    int32
+	keep    bool // ExactReceiver: every event's entry stays for the run
+	tapped  bool // the topic is read: an entry also waits for its record
+	events  map[string]*pending
+	samples []sample // commit→webhook, by arrival time
+	relay   []sample // commit→record produced, by produce time; aux: produced→fetched by the bench
+}
+
+type pending struct {
+	commit, kafka int64   // Unix ns; 0: not seen yet
+	fetched       int64   // Unix ns the bench fetched the record
+	got           int32   // webhooks received
+	early         []int64 // webhooks received before the writer noted its commit
 }
 
 type sample struct {
-	at time.Time
-	ms float32
+	at      int64 // Unix ns
+	ms, aux float32
+}
+
+func (a *arrivals) entry(id string) *pending {
+	p := a.events[id]
+	if p == nil {
+		p = &pending{}
+		a.events[id] = p
+	}
+	return p
+}
+
+// settle drops id's entry once nothing more is expected of it; a.mu held.
+func (a *arrivals) settle(id string, p *pending) {
+	if !a.keep && p.commit != 0 && p.got >= a.subs && (p.kafka != 0 || !a.tapped) {
+		delete(a.events, id)
+	}
 }
 
 func (a *arrivals) commit(ids []string, at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	c := at.UnixNano()
 	for _, id := range ids {
-		a.committed[id] = at
-		for _, r := range a.early[id] {
+		p := a.entry(id)
+		p.commit = c
+		for _, r := range p.early {
 			// Received before COMMIT returned to the writer: the commit was
 			// no later than the arrival.
-			a.samples = append(a.samples, sample{at: r, ms: float32(max(0, r.Sub(at).Seconds()*1000))})
+			a.samples = append(a.samples, sample{at: r, ms: 0})
 		}
-		delete(a.early, id)
+		p.early = nil
+		if p.kafka != 0 {
+			a.relay = append(a.relay, sample{at: p.kafka, ms: float32(max(0, p.kafka-c)) / 1e6, aux: float32(max(0, p.fetched-p.kafka)) / 1e6})
+		}
+		a.settle(id, p)
 	}
 }
 
 func (a *arrivals) received(id string, at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c, ok := a.committed[id]
-	if !ok {
-		a.early[id] = append(a.early[id], at)
+	p, r := a.entry(id), at.UnixNano()
+	p.got++
+	if p.commit == 0 {
+		p.early = append(p.early, r)
 		return
 	}
-	a.samples = append(a.samples, sample{at: at, ms: float32(at.Sub(c).Seconds() * 1000)})
+	a.samples = append(a.samples, sample{at: r, ms: float32(r-p.commit) / 1e6})
+	a.settle(id, p)
+}
+
+// produced notes event id's record: produced at ts (its timestamp), fetched
+// by the bench at fetched.
+func (a *arrivals) produced(id string, ts, fetched time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.entry(id)
+	if p.kafka != 0 {
+		return // a record produced twice: the first counts
+	}
+	p.kafka, p.fetched = ts.UnixNano(), fetched.UnixNano()
+	if p.commit != 0 {
+		a.relay = append(a.relay, sample{at: p.kafka, ms: float32(max(0, p.kafka-p.commit)) / 1e6,
+			aux: float32(max(0, fetched.Sub(ts).Seconds()*1000))})
+	}
+	a.settle(id, p)
+}
+
+func (a *arrivals) pendingEvents() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.events)
 }
 
 // Run performs one run on pool (a migrated database of its own, which the
@@ -290,9 +421,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), topic) }()
 
 	// The receiver, one path per subscription.
-	arr := &arrivals{committed: map[string]time.Time{}, early: map[string][]time.Time{}}
+	arr := &arrivals{subs: int32(o.Subscriptions), keep: o.ExactReceiver, events: map[string]*pending{}}
 	rc := webhooktest.New()
 	rc.Gapless = true
+	rc.Bounded = !o.ExactReceiver
+	res.ReceiverBounded = rc.Bounded
 	rc.Observe = func(r *webhooktest.Request) {
 		if r.Outcome == webhooktest.Accepted && r.Envelope.Type == "bench.live" {
 			arr.received(r.WebhookID, r.Received)
@@ -332,7 +465,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		"BRIDGE_ALLOW_PLAINTEXT_SECRETS=true",
 		"LOG_LEVEL=" + cmp.Or(os.Getenv("LOG_LEVEL"), "warn"),
 		"WEBHOOK_FAST_LANE=" + strconv.FormatBool(o.FastLane),
+		// One line per garbage collection on stderr, which stderrTap turns
+		// into each second's GC figures.
+		"GODEBUG=" + strings.TrimPrefix(os.Getenv("GODEBUG")+",gctrace=1", ","),
 	})
+	tap := &stderrTap{next: cmd.Stderr}
+	cmd.Stderr = tap
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the bridge: %w", err)
@@ -387,10 +525,23 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		res.WarmUpSeconds = o.WarmUp.Seconds()
 	}
 
+	// The relay's part of the latency, from the records' own timestamps.
+	tapCtx, stopTap := context.WithCancel(ctx)
+	defer stopTap()
+	if err := tapTopic(tapCtx, kafkaOpts, topic, arr); err != nil {
+		o.Progress(fmt.Sprintf("not reading the topic back (no relay split): %v", err))
+	} else {
+		arr.mu.Lock()
+		arr.tapped = true
+		arr.mu.Unlock()
+	}
+
 	o.Progress(fmt.Sprintf("offering %d events/s × %d subscriptions for %s (%d writers, %d events per transaction)",
 		o.Rate, o.Subscriptions, o.Duration, o.Writers, o.TxEvents))
 	loadStart := time.Now()
 	cpu := sampleCPU(ctx, pid)
+	pgs := samplePostgres(ctx, pool)
+	rtBefore := readBenchRuntime()
 	benchBefore, _ := processCPU(os.Getpid())
 	pgBefore := postgresCPU()
 	events, achieved, err := relaybench.Offer(ctx, pool, relaybench.Load{Topic: topic, Assets: o.Assets, Rate: o.Rate,
@@ -404,6 +555,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		res.BenchCPUCores = (benchAfter - benchBefore).Seconds() / res.LoadSeconds
 	}
 	res.PostgresCPUCores = (postgresCPU() - pgBefore).Seconds() / res.LoadSeconds
+	rtAfter := readBenchRuntime()
+	res.BenchGCCycles = int(rtAfter.gcCycles - rtBefore.gcCycles)
+	res.BenchGCCPUCores = (rtAfter.gcCPU - rtBefore.gcCPU) / res.LoadSeconds
 	res.MachineCores = goruntime.NumCPU()
 	if b, e := cpu.at(loadStart), cpu.at(loadEnd); e.at.After(b.at) {
 		res.MachineBusyCores = (e.machine - b.machine).Seconds() / e.at.Sub(b.at).Seconds()
@@ -442,7 +596,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		res.BridgeCPUCores = (cpuAfter - cpuBefore).Seconds() / time.Since(began).Seconds()
 	}
 	res.BridgePeakRSSMiB = peakRSS(pid)
+	res.BenchPeakRSSMiB = peakRSS(os.Getpid())
 	cpu.stop()
+	pgs.stop()
+	stopTap()
 	if err := stop(); err != nil {
 		return nil, fmt.Errorf("the bridge: %w", err)
 	}
@@ -456,8 +613,21 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		return nil, err
 	}
 	arr.mu.Lock()
-	samples := slices.Clone(arr.samples)
+	samples, relay := slices.Clone(arr.samples), slices.Clone(arr.relay)
 	arr.mu.Unlock()
+	gcs, logs := tap.snapshot()
+	for _, g := range gcs {
+		if !g.at.Before(loadStart) && !g.at.After(loadEnd) {
+			res.BridgeGCCycles++
+			res.BridgeGCPauseMax = max(res.BridgeGCPauseMax, g.pauseMs)
+		}
+	}
+	relayMs := make([]float64, len(relay))
+	for i, r := range relay {
+		relayMs[i] = float64(r.ms)
+	}
+	slices.Sort(relayMs)
+	res.RelayP50Ms, res.RelayP99Ms = pct(relayMs, 0.5), pct(relayMs, 0.99)
 	ms := make([]float64, len(samples))
 	for i, s := range samples {
 		ms[i] = float64(s.ms)
@@ -467,14 +637,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	last := loadEnd.Add(time.Duration(res.DrainSeconds * float64(time.Second)))
 	for m := 0; loadStart.Add(time.Duration(m) * time.Minute).Before(last); m++ {
 		from, to := loadStart.Add(time.Duration(m)*time.Minute), loadStart.Add(time.Duration(m+1)*time.Minute)
-		var xs []float64
-		for _, s := range samples {
-			if !s.at.Before(from) && s.at.Before(to) {
-				xs = append(xs, float64(s.ms))
-			}
-		}
-		slices.Sort(xs)
-		mn := Minute{Minute: m + 1, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99)}
+		xs, rs := between(samples, from, to), between(relay, from, to)
+		mn := Minute{Minute: m + 1, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99), RelayP99Ms: pct(rs, 0.99)}
 		if b, e := cpu.at(from), cpu.at(to); e.at.After(b.at) {
 			secs := e.at.Sub(b.at).Seconds()
 			mn.BridgeCPUCores = (e.bridge - b.bridge).Seconds() / secs
@@ -482,7 +646,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		}
 		res.Minutes = append(res.Minutes, mn)
 	}
-	res.Seconds = perSecond(samples, loadStart, cpu)
+	res.Seconds = perSecond(samples, relay, loadStart, cpu, gcs, logs, pgs.samples())
+	for _, sc := range res.Seconds {
+		if m := sc.Second / 60; m < len(res.Minutes) && sc.LatencyP99Ms > res.Minutes[m].WorstSecondP99Ms {
+			res.Minutes[m].WorstSecondP99Ms, res.Minutes[m].WorstSecond = sc.LatencyP99Ms, sc.Second
+		}
+	}
+	res.SlowestSeconds = slices.Clone(res.Seconds)
+	slices.SortStableFunc(res.SlowestSeconds, func(a, b Second) int { return cmp.Compare(b.LatencyP99Ms, a.LatencyP99Ms) })
+	res.SlowestSeconds = res.SlowestSeconds[:min(10, len(res.SlowestSeconds))]
 	stages, err := stageLatencies(ctx, pool, loadStart, loadEnd)
 	if err != nil {
 		return nil, err
@@ -505,31 +677,118 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 	return res, nil
 }
 
-// perSecond splits the samples by the second of their arrival.
-func perSecond(samples []sample, loadStart time.Time, cpu *cpuSamples) []Second {
-	var by [][]float64
-	for _, s := range samples {
-		i := int(s.at.Sub(loadStart) / time.Second)
-		if i < 0 {
-			continue
+// between returns the samples' milliseconds with from <= at < to, sorted.
+func between(xs []sample, from, to time.Time) []float64 {
+	f, t := from.UnixNano(), to.UnixNano()
+	var out []float64
+	for _, s := range xs {
+		if s.at >= f && s.at < t {
+			out = append(out, float64(s.ms))
 		}
-		for len(by) <= i {
-			by = append(by, nil)
-		}
-		by[i] = append(by[i], float64(s.ms))
 	}
+	slices.Sort(out)
+	return out
+}
+
+// perSecond splits the samples by the second of their arrival, and puts
+// beside each second what else happened in it.
+func perSecond(samples, relay []sample, loadStart time.Time, cpu *cpuSamples, gcs []bridgeGC, logs []logLine, pgs []pgSample) []Second {
+	start := loadStart.UnixNano()
+	var by, rby, fby [][]float64
+	grow := func(b [][]float64, i int) [][]float64 {
+		for len(b) <= i {
+			b = append(b, nil)
+		}
+		return b
+	}
+	for _, s := range samples {
+		if i := int((s.at - start) / int64(time.Second)); s.at >= start {
+			by = grow(by, i)
+			by[i] = append(by[i], float64(s.ms))
+		}
+	}
+	for _, s := range relay {
+		if i := int((s.at - start) / int64(time.Second)); s.at >= start {
+			rby, fby = grow(rby, i), grow(fby, i)
+			rby[i] = append(rby[i], float64(s.ms))
+			fby[i] = append(fby[i], float64(s.aux))
+		}
+	}
+	rby, fby = grow(rby, len(by)-1), grow(fby, len(by)-1)
 	out := make([]Second, len(by))
 	for i, xs := range by {
 		slices.Sort(xs)
-		out[i] = Second{Second: i, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99), LatencyMaxMs: pct(xs, 1)}
+		slices.Sort(rby[i])
+		slices.Sort(fby[i])
+		sc := Second{Second: i, Webhooks: len(xs), LatencyP99Ms: pct(xs, 0.99), LatencyMaxMs: pct(xs, 1),
+			RelayP99Ms: pct(rby[i], 0.99), KafkaFetchP99Ms: pct(fby[i], 0.99)}
 		from := loadStart.Add(time.Duration(i) * time.Second)
-		if b, e := cpu.at(from), cpu.at(from.Add(time.Second)); e.at.After(b.at) {
+		to := from.Add(time.Second)
+		if b, e := cpu.at(from), cpu.after(to); e.at.After(b.at) {
 			secs := e.at.Sub(b.at).Seconds()
-			out[i].BridgeCPUCores = (e.bridge - b.bridge).Seconds() / secs
-			out[i].MachineBusyCores = (e.machine - b.machine).Seconds() / secs
+			sc.BridgeCPUCores = (e.bridge - b.bridge).Seconds() / secs
+			sc.MachineBusyCores = (e.machine - b.machine).Seconds() / secs
+			sc.BenchCPUCores = (e.bench - b.bench).Seconds() / secs
+			sc.BenchGCCycles = int(e.rt.gcCycles - b.rt.gcCycles)
+			sc.BenchGCCPUMs = (e.rt.gcCPU - b.rt.gcCPU) * 1000
+			sc.BenchGCPauseMs, _ = histDiff(b.rt.pauses, e.rt.pauses, pauseBuckets, 0.99)
+			_, sc.BenchSchedP99Ms = histDiff(b.rt.schedLat, e.rt.schedLat, schedBuckets, 0.99)
+			sc.BenchHeapMiB = float64(e.rt.heapBytes) / (1 << 20)
+			sc.BenchRSSMiB, sc.BridgeRSSMiB = e.benchRSS, e.bridgeRSS
+			sc.TopProcesses = topProcesses(b.procs, e.procs, secs, 5)
 		}
+		for _, g := range gcs {
+			if g.at.Before(from) {
+				sc.BridgeHeapMiB = g.heapAfterMiB
+				continue
+			}
+			if !g.at.Before(to) {
+				break
+			}
+			sc.BridgeGCCycles++
+			sc.BridgeGCPauseMs += g.pauseMs
+			sc.BridgeGCCPUMs += g.cpuMs
+			sc.BridgeHeapMiB = g.heapAfterMiB
+		}
+		for _, l := range logs {
+			if !l.at.Before(from) && l.at.Before(to) {
+				sc.BridgeLog = append(sc.BridgeLog, l.line)
+			}
+		}
+		if b, e := pgAt(pgs, from), pgAfter(pgs, to); b.ok && e.ok && e.at.After(b.at) {
+			sc.CheckpointBuffers = e.checkpointBuffers - b.checkpointBuffers
+			sc.BackendBuffers = e.backendBuffers - b.backendBuffers
+			sc.Autovacuum, sc.PostgresWaits = b.autovacuum, b.waiting
+			if e.autovacuum != "" && e.autovacuum != b.autovacuum {
+				sc.Autovacuum = strings.TrimPrefix(b.autovacuum+"; "+e.autovacuum, "; ")
+			}
+		}
+		out[i] = sc
 	}
 	return out
+}
+
+// pgAfter is the first PostgreSQL sample taken no earlier than t (the last
+// one if none).
+func pgAfter(xs []pgSample, t time.Time) pgSample {
+	if len(xs) == 0 {
+		return pgSample{}
+	}
+	i, _ := slices.BinarySearchFunc(xs, t, func(s pgSample, t time.Time) int { return s.at.Compare(t) })
+	return xs[min(i, len(xs)-1)]
+}
+
+// pgAt is the last PostgreSQL sample taken no later than t (the first one
+// if none).
+func pgAt(xs []pgSample, t time.Time) pgSample {
+	i, _ := slices.BinarySearchFunc(xs, t, func(s pgSample, t time.Time) int { return s.at.Compare(t) })
+	if i < len(xs) && xs[i].at.Equal(t) {
+		return xs[i]
+	}
+	if len(xs) == 0 {
+		return pgSample{}
+	}
+	return xs[max(0, i-1)]
 }
 
 // waitFor polls cond until it holds, the bridge exits, or timeout passes.
@@ -708,10 +967,16 @@ func stageLatencies(ctx context.Context, pool *pgxpool.Pool, from, to time.Time)
 	})
 }
 
-// cpuSample is the bridge process's and the machine's CPU time so far.
+// cpuSample is the bridge process's and the machine's CPU time so far, and
+// what else diag.go reads once a second.
 type cpuSample struct {
 	at              time.Time
 	bridge, machine time.Duration
+	bench           time.Duration
+	rt              benchRuntime
+	benchRSS        float64
+	bridgeRSS       float64
+	procs           map[string]time.Duration
 }
 
 // cpuSamples holds one sample a second while the run goes on, so that
@@ -725,11 +990,15 @@ type cpuSamples struct {
 
 func sampleCPU(ctx context.Context, pid int) *cpuSamples {
 	c := &cpuSamples{done: make(chan struct{})}
+	self := os.Getpid()
 	take := func() {
 		b, _ := processCPU(pid)
 		m, _ := machineBusy()
+		bn, _ := processCPU(self)
+		s := cpuSample{at: time.Now(), bridge: b, machine: m, bench: bn, rt: readBenchRuntime(),
+			benchRSS: residentMiB(self), bridgeRSS: residentMiB(pid), procs: cpuByProcess(self, pid)}
 		c.mu.Lock()
-		c.xs = append(c.xs, cpuSample{at: time.Now(), bridge: b, machine: m})
+		c.xs = append(c.xs, s)
 		c.mu.Unlock()
 	}
 	take()
@@ -748,6 +1017,18 @@ func sampleCPU(ctx context.Context, pid int) *cpuSamples {
 		}
 	}()
 	return c
+}
+
+// after is the first sample taken no earlier than t (the last one if none):
+// with at(from) it spans a window a sample interval may not fill.
+func (c *cpuSamples) after(t time.Time) cpuSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.xs) == 0 {
+		return cpuSample{}
+	}
+	i, _ := slices.BinarySearchFunc(c.xs, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
+	return c.xs[min(i, len(c.xs)-1)]
 }
 
 func (c *cpuSamples) stop() { c.once.Do(func() { close(c.done) }) }
