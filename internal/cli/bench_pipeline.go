@@ -186,6 +186,9 @@ func secondText(s pipelinebench.Second) string {
 	if s.Autovacuum != "" {
 		t += ", autovacuum: " + s.Autovacuum
 	}
+	if s.Maintained != "" {
+		t += ", autovacuum done: " + s.Maintained
+	}
 	if s.PostgresWaits != "" {
 		t += ", waits: " + s.PostgresWaits
 	}

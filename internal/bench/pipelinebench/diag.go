@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -262,7 +263,12 @@ type pgSample struct {
 	checkpointBuffers   int64 // buffers the checkpointer wrote so far
 	backendBuffers      int64 // buffers backends had to write themselves so far
 	autovacuum, waiting string
-	ok                  bool
+	// maintained: "table:autovacuum count:autoanalyze count" of the run's
+	// bridge tables that autovacuum has vacuumed or analyzed so far — a
+	// short ANALYZE starts and ends between two samples, but its count
+	// still moves.
+	maintained map[string][2]int64
+	ok         bool
 }
 
 const pgSampleSQL = `
@@ -275,6 +281,26 @@ SELECT b.checkpoints_timed + b.checkpoints_req, b.buffers_checkpoint, b.buffers_
                    WHERE a.state = 'active' AND a.wait_event IS NOT NULL AND a.pid <> pg_backend_pid()
                    GROUP BY a.wait_event_type, a.wait_event ORDER BY count(*) DESC) x), '')
 FROM pg_stat_bgwriter b`
+
+const pgMaintainedSQL = `
+SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables
+WHERE schemaname = 'bridge' AND autovacuum_count + autoanalyze_count > 0`
+
+// maintainedBetween names the tables autovacuum vacuumed or analyzed
+// between two samples.
+func maintainedBetween(a, b map[string][2]int64) string {
+	var out []string
+	for rel, n := range b {
+		if d := n[0] - a[rel][0]; d > 0 {
+			out = append(out, "vacuumed "+rel)
+		}
+		if d := n[1] - a[rel][1]; d > 0 {
+			out = append(out, "analyzed "+rel)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
 
 // pgSampler reads pgSampleSQL once a second until stopped.
 type pgSampler struct {
@@ -296,6 +322,19 @@ func samplePostgres(ctx context.Context, pool *pgxpool.Pool) *pgSampler {
 			s := pgSample{at: time.Now()}
 			qctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 			err := pool.QueryRow(qctx, pgSampleSQL).Scan(&s.checkpoints, &s.checkpointBuffers, &s.backendBuffers, &s.autovacuum, &s.waiting)
+			if err == nil {
+				s.maintained = map[string][2]int64{}
+				var rel string
+				var v, an int64
+				rows, qerr := pool.Query(qctx, pgMaintainedSQL)
+				if qerr == nil {
+					_, qerr = pgx.ForEachRow(rows, []any{&rel, &v, &an}, func() error {
+						s.maintained[rel] = [2]int64{v, an}
+						return nil
+					})
+				}
+				err = qerr
+			}
 			cancel()
 			s.ok = err == nil
 			p.mu.Lock()

@@ -229,7 +229,10 @@ type Second struct {
 	CheckpointBuffers int64  `json:"checkpoint_buffers_written"`
 	BackendBuffers    int64  `json:"backend_buffers_written"`
 	Autovacuum        string `json:"autovacuum,omitempty"`
-	PostgresWaits     string `json:"postgres_waits,omitempty"`
+	// Maintained: the run's tables autovacuum finished vacuuming or
+	// analyzing in the second ("vacuumed …, analyzed …").
+	Maintained    string `json:"autovacuum_done,omitempty"`
+	PostgresWaits string `json:"postgres_waits,omitempty"`
 	// BridgeLog: the bridge's log lines of the second (warnings and up).
 	BridgeLog []string `json:"bridge_log,omitempty"`
 }
@@ -759,6 +762,7 @@ func perSecond(samples, relay []sample, loadStart time.Time, cpu *cpuSamples, gc
 			sc.CheckpointBuffers = e.checkpointBuffers - b.checkpointBuffers
 			sc.BackendBuffers = e.backendBuffers - b.backendBuffers
 			sc.Autovacuum, sc.PostgresWaits = b.autovacuum, b.waiting
+			sc.Maintained = maintainedBetween(b.maintained, e.maintained)
 			if e.autovacuum != "" && e.autovacuum != b.autovacuum {
 				sc.Autovacuum = strings.TrimPrefix(b.autovacuum+"; "+e.autovacuum, "; ")
 			}
