@@ -162,6 +162,7 @@ func printBenchPipeline(cmd *cobra.Command, res *pipelinebench.Result) error {
 		rows = append(rows, []string{"p99 second by second", worst})
 	}
 	rows = append(rows, []string{"relay (commit → produced) p50 / p99", fmt.Sprintf("%.1f / %.1f ms", res.RelayP50Ms, res.RelayP99Ms)},
+		[]string{"bridge exports over OTLP", fmt.Sprintf("traces %t, metrics %t", res.TracesExported, res.MetricsExported)},
 		[]string{"garbage collection over the load", fmt.Sprintf("bridge %d cycles, longest pause %.1f ms; this bench %d cycles, %.2f cores, peak RSS %.0f MiB (receiver bounded: %t)",
 			res.BridgeGCCycles, res.BridgeGCPauseMax, res.BenchGCCycles, res.BenchGCCPUCores, res.BenchPeakRSSMiB, res.ReceiverBounded)})
 	for _, s := range res.SlowestSeconds {

@@ -183,6 +183,15 @@ type Result struct {
 	// of commit→webhook is the broker and the delivering lane.
 	RelayP50Ms float64 `json:"relay_p50_ms"`
 	RelayP99Ms float64 `json:"relay_p99_ms"`
+	// TracesExported: the bridge process exports its spans (an OTLP
+	// endpoint in its environment, the SDK not disabled): every webhook's
+	// trace then costs the bridge CPU and the collector, when it runs on
+	// this machine, some more.
+	TracesExported bool `json:"bridge_traces_exported"`
+	// MetricsExported: the bridge pushes its metrics over OTLP (every
+	// OTEL_METRIC_EXPORT_INTERVAL, 60 s by default). Each collection runs
+	// the gauges' queries, the outbox's counting every row of the log.
+	MetricsExported bool `json:"bridge_metrics_exported"`
 	// SlowestSeconds are the ten seconds with the highest p99, worst first,
 	// with what was happening in each (see Second).
 	SlowestSeconds []Second `json:"slowest_seconds"`
@@ -472,6 +481,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		// into each second's GC figures.
 		"GODEBUG=" + strings.TrimPrefix(os.Getenv("GODEBUG")+",gctrace=1", ","),
 	})
+	res.TracesExported, res.MetricsExported = otlpExports(cmd.Env)
 	tap := &stderrTap{next: cmd.Stderr}
 	cmd.Stderr = tap
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -678,6 +688,32 @@ func Run(ctx context.Context, pool *pgxpool.Pool, kafkaOpts []kgo.Opt, o Options
 		return res, fmt.Errorf("%w: committed %.0f events/s of the %d offered", ErrShortOfRate, achieved, o.Rate)
 	}
 	return res, nil
+}
+
+// otlpExports reports whether a process with environment env (nil: this
+// process's) exports spans (as tracing.ConfigFromEnv decides it) and pushes
+// metrics (as metrics.OTLPReader does).
+func otlpExports(env []string) (traces, metrics bool) {
+	if env == nil {
+		env = os.Environ()
+	}
+	get := func(k string) string {
+		v := ""
+		for _, kv := range env { // later entries win, as exec does
+			if rest, ok := strings.CutPrefix(kv, k+"="); ok {
+				v = strings.TrimSpace(rest)
+			}
+		}
+		return v
+	}
+	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") {
+		return false, false
+	}
+	traces = !strings.EqualFold(get("OTEL_TRACES_EXPORTER"), "none") &&
+		(get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "")
+	metrics = get("OTEL_METRICS_EXPORTER") != "none" &&
+		(get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "")
+	return traces, metrics
 }
 
 // between returns the samples' milliseconds with from <= at < to, sorted.
