@@ -199,12 +199,18 @@ func residentMiB(pid int) float64 {
 	return 0
 }
 
-// cpuByProcess is the CPU time so far of every process of the machine,
-// summed by command name; the bench and the bridge (both this binary) are
-// named "bench" and "bridge run". A process's reaped children count with it
-// only when its parent has another name (a postmaster's backends count as
-// postgres once, a shell's finished commands with the shell).
-func cpuByProcess(bench, bridge int) map[string]time.Duration {
+// procUse is one process's name and CPU time so far.
+type procUse struct {
+	name string
+	cpu  time.Duration
+}
+
+// cpuByProcess is the CPU time so far of every process of the machine, by
+// pid; the bench and the bridge (both this binary) are named "bench" and
+// "bridge run". A process's reaped children count with it only when its
+// parent has another name (a postmaster's backends count as postgres once,
+// a shell's finished commands with the shell).
+func cpuByProcess(bench, bridge int) map[int]procUse {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -225,28 +231,42 @@ func cpuByProcess(bench, bridge int) map[string]time.Duration {
 			stats[pid] = st
 		}
 	}
-	out := map[string]time.Duration{}
-	for _, st := range stats {
-		out[st.comm] += st.cpu
+	out := make(map[int]procUse, len(stats))
+	for pid, st := range stats {
+		u := procUse{name: st.comm, cpu: st.cpu}
 		if p, ok := stats[st.ppid]; !ok || p.comm != st.comm {
-			out[st.comm] += st.children
+			u.cpu += st.children
 		}
+		out[pid] = u
 	}
 	return out
 }
 
 // topProcesses names the processes that used the most CPU between a and b
-// (at most n, each with its cores over secs).
-func topProcesses(a, b map[string]time.Duration, secs float64, n int) string {
+// (at most n names, each with its cores over secs). Each process's CPU is
+// its own difference between the two readings (a kernel worker's name
+// changes with its work, so names alone cannot be subtracted), summed by
+// the name it has in b; a kernel worker counts under "kworker".
+func topProcesses(a, b map[int]procUse, secs float64, n int) string {
+	by := map[string]time.Duration{}
+	for pid, u := range b {
+		d := u.cpu - a[pid].cpu
+		if d <= 0 {
+			continue
+		}
+		name := u.name
+		if strings.HasPrefix(name, "kworker/") {
+			name = "kworker"
+		}
+		by[name] += d
+	}
 	type use struct {
 		name  string
 		cores float64
 	}
 	var us []use
-	for k, v := range b {
-		if d := v - a[k]; d > 0 {
-			us = append(us, use{k, d.Seconds() / secs})
-		}
+	for k, d := range by {
+		us = append(us, use{k, d.Seconds() / secs})
 	}
 	slices.SortFunc(us, func(x, y use) int { return cmp.Compare(y.cores, x.cores) })
 	parts := make([]string, 0, n)

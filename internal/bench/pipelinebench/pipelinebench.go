@@ -1016,7 +1016,7 @@ type cpuSample struct {
 	rt              benchRuntime
 	benchRSS        float64
 	bridgeRSS       float64
-	procs           map[string]time.Duration
+	procs           map[int]procUse
 }
 
 // cpuSamples holds one sample a second while the run goes on, so that
