@@ -109,10 +109,11 @@ func (r relayMetrics) Outage(active bool) {
 }
 
 // ObserveOutbox registers the outbox gauges (rows by status, the oldest NEW
-// row's age, FAILED rows by topic), read with outboxstore.ReadStats at most once
-// per refresh interval. The returned function unregisters them.
+// row's age, FAILED rows by topic), read with outboxstore.ReadGaugeStats at
+// most once per refresh interval (SENT is an estimate there: see it). The
+// returned function unregisters them.
 func (m *Metrics) ObserveOutbox(pool *pgxpool.Pool) (func() error, error) {
-	return m.observeOutbox(func(ctx context.Context) (outboxstore.Stats, error) { return outboxstore.ReadStats(ctx, pool) })
+	return m.observeOutbox(func(ctx context.Context) (outboxstore.Stats, error) { return outboxstore.ReadGaugeStats(ctx, pool) })
 }
 
 func (m *Metrics) observeOutbox(read func(context.Context) (outboxstore.Stats, error)) (func() error, error) {
