@@ -71,9 +71,15 @@ func (l *Lane) handOverService(ctx context.Context) {
 			t := &taken{s: s, key: store.Stream{SubscriptionID: s.key.sub, AssetKey: s.key.asset}, items: items}
 			for i, it := range items {
 				p := store.Parked{SubscriptionID: it.sub, Event: eventOf(it)}
-				if i == 0 && s.park != nil && s.park.failure != nil {
-					f := s.park.failure.Outcome
-					p.Attempts, p.RetryIn, p.StatusCode, p.Error = 1, s.park.retryIn, f.StatusCode, f.Error
+				if s.park != nil && s.park.failure != nil {
+					// The head carries the failed attempt; the rest of
+					// the stream is not due before the head's retry
+					// (see store.Parked.RetryIn).
+					p.RetryIn = s.park.retryIn
+					if i == 0 {
+						f := s.park.failure.Outcome
+						p.Attempts, p.StatusCode, p.Error = 1, f.StatusCode, f.Error
+					}
 				}
 				t.rows = append(t.rows, p)
 			}

@@ -73,6 +73,9 @@ type Lane struct {
 	totalParts int
 
 	stats counters
+
+	// logFlushed: when flushLog last took the queued attempts.
+	logFlushed time.Time
 }
 
 type counters struct {
@@ -204,7 +207,7 @@ func (l *Lane) Run(ctx context.Context) error {
 		service.Every(bg, service.Loop{Name: "commit settled offsets", Interval: l.cfg.CommitInterval, Logger: l.log}, l.commit)
 	})
 	services.Go(func() {
-		service.Every(bg, service.Loop{Name: "append the attempt log", Interval: l.cfg.LogInterval, Logger: l.log}, l.flushLog)
+		service.Every(bg, service.Loop{Name: "append the attempt log", Interval: l.cfg.LogInterval, Logger: l.log}, l.flushLogDue)
 	})
 	services.Go(func() {
 		service.Every(bg, service.Loop{Name: "read subscriptions and park markers", Interval: l.cfg.RefreshInterval,

@@ -139,6 +139,14 @@ func (l *Lane) forget(s *stream) {
 
 // worker sends stream heads until the lane stops.
 func (l *Lane) worker(reqCtx context.Context) {
+	// Each request's context (its cut, see cutRequest) derives from a
+	// context of this worker's own, not from reqCtx directly: every child
+	// of a context is added to and removed from its parent's set under the
+	// parent's lock, and with reqCtx as the parent all the workers took
+	// that one lock twice per request. A cancelled reqCtx still reaches
+	// every request through the worker's context.
+	wctx, wcancel := context.WithCancel(reqCtx)
+	defer wcancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
@@ -162,7 +170,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
-		ctx, cancel := context.WithCancel(reqCtx)
+		ctx, cancel := context.WithCancel(wctx)
 		s.cancel = cancel
 		l.mu.Unlock()
 		var res delivery.AttemptResult

@@ -96,7 +96,9 @@ type Marker struct {
 
 // Parked is one delivery handed to the slow lane. Attempts is what the fast
 // lane already spent on it (1 for the head whose attempt failed, else 0);
-// such a row waits RetryIn and carries the attempt's status and error.
+// such a row waits RetryIn and carries the attempt's status and error. A row
+// behind that head in the same hand-over waits the same RetryIn (it is not
+// due before the head; see insertParkedSQL for rows appended later).
 type Parked struct {
 	SubscriptionID string
 	Event          Event
@@ -126,17 +128,44 @@ FOR UPDATE OF p`
 
 // insertParkedSQL writes handed-over deliveries in array order (their seq
 // follows it: the stream's partition order).
+//
+// A delivery appended behind its stream's pending head (attempts 0) is not
+// due before that head: it takes the head's next_attempt_at when that is
+// later than its own. Inserted due now, it made the stream ready now
+// (delivery_streams_on_insert takes the least next_attempt_at), while the
+// head waited for its retry: every hand-over to a parked stream then cost a
+// claim that found the head not due and parked the stream again (an update
+// of its stream row) — for a failing subscription, one wasted claim per
+// stream per hand-over, on the cores the healthy subscriptions' deliveries
+// use. The order is the same either way (a row is only claimed as its
+// stream's head), and once the head is done the row is due: its time is at
+// most the head's. A head in flight ('delivering') is not waited for: its
+// answer may come at once.
 const insertParkedSQL = `
+WITH r AS (
+  SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
+              $8::timestamptz[], $9::text[], $10::text[], $11::int[], $12::bigint[], $13::int[], $14::text[])
+    WITH ORDINALITY AS r(subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload,
+                         event_created_at, traceparent, tracestate, attempts, retry_us, status_code, error, ord)
+), heads AS (
+  SELECT k.subscription_id, k.asset_key, h.next_attempt_at
+  FROM (SELECT DISTINCT r.subscription_id, coalesce(r.asset_id, '') AS asset_key FROM r WHERE r.attempts = 0) k
+  CROSS JOIN LATERAL (
+    SELECT CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS next_attempt_at FROM bridge.deliveries d
+    WHERE d.subscription_id = k.subscription_id AND coalesce(d.asset_id, '') = k.asset_key
+      AND d.status IN ('pending', 'delivering')
+    ORDER BY d.seq LIMIT 1) h
+)
 INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq,
                                payload, event_created_at, traceparent, tracestate,
                                attempts, next_attempt_at, last_status_code, last_error)
 SELECT r.subscription_id, r.event_id, r.event_type, r.topic, r.asset_id, r.asset_seq,
        r.payload::jsonb, r.event_created_at, r.traceparent, r.tracestate,
-       r.attempts, now() + r.retry_us * interval '1 microsecond', r.status_code, nullif(r.error, '')
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
-            $8::timestamptz[], $9::text[], $10::text[], $11::int[], $12::bigint[], $13::int[], $14::text[])
-  WITH ORDINALITY AS r(subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload,
-                       event_created_at, traceparent, tracestate, attempts, retry_us, status_code, error, ord)
+       r.attempts,
+       CASE WHEN r.attempts = 0 THEN greatest(now() + r.retry_us * interval '1 microsecond', h.next_attempt_at)
+            ELSE now() + r.retry_us * interval '1 microsecond' END,
+       r.status_code, nullif(r.error, '')
+FROM r LEFT JOIN heads h ON h.subscription_id = r.subscription_id AND h.asset_key = coalesce(r.asset_id, '')
 ORDER BY r.ord
 ON CONFLICT (subscription_id, event_id) DO NOTHING`
 

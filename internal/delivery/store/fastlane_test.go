@@ -211,3 +211,81 @@ func TestPartitionUpkeepGoesOnWhenTheMemberHoldingItsLockDies(t *testing.T) {
 		t.Fatalf("%d of the 3 day partitions around %s exist after the surviving member's upkeep", parts, day.Format(time.DateOnly))
 	}
 }
+
+// A delivery appended behind a head that waits for its retry is not due
+// before that head, so it does not make the stream ready early (each such
+// wake-up was a claim that found the head not due); behind a head in flight
+// it is due at once, and the order is the stream's either way.
+func TestHandOverBehindAWaitingHeadLeavesTheStreamAsleep(t *testing.T) {
+	b, ctx := setup(t)
+	sub := b.createSub(t, "https://example.com/hook")
+	key := Stream{SubscriptionID: sub.ID, AssetKey: "x"}
+	head := parked(sub.ID, "x", 1)
+	head.Attempts, head.RetryIn, head.StatusCode, head.Error = 1, time.Hour, 500, "HTTP 500"
+	behind := parked(sub.ID, "x", 2)
+	behind.RetryIn = time.Hour // the fast lane's rows behind a failed head in the same hand-over
+	if _, err := b.store.HandOver(ctx, []Marker{{Stream: key, Topic: "assets", Partition: 1, Offset: 7}}, nil, []Parked{head, behind}); err != nil {
+		t.Fatal(err)
+	}
+	readyIn := func() time.Duration {
+		t.Helper()
+		var secs float64
+		if err := b.pool.QueryRow(ctx, `SELECT extract(epoch FROM ready_at - now()) FROM bridge.delivery_streams
+			WHERE subscription_id = $1 AND asset_key = 'x'`, sub.ID).Scan(&secs); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	dueIn := func(seq int64) time.Duration {
+		t.Helper()
+		var secs float64
+		if err := b.pool.QueryRow(ctx, `SELECT extract(epoch FROM next_attempt_at - now()) FROM bridge.deliveries
+			WHERE subscription_id = $1 AND asset_seq = $2`, sub.ID, seq).Scan(&secs); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	if d := readyIn(); d < 50*time.Minute {
+		t.Fatalf("stream ready in %v after a park whose head retries in 1h", d)
+	}
+
+	// Appended later, behind the waiting head.
+	if back, err := b.store.HandOver(ctx, nil, []Stream{key}, []Parked{parked(sub.ID, "x", 3)}); err != nil || len(back) != 0 {
+		t.Fatalf("append: back %v, err %v", back, err)
+	}
+	if d := readyIn(); d < 50*time.Minute {
+		t.Fatalf("stream ready in %v after an append behind a head that retries in 1h: the append woke it", d)
+	}
+	if d := dueIn(3); d < 50*time.Minute || d > time.Hour+time.Minute {
+		t.Fatalf("appended row due in %v, want the head's time (1h)", d)
+	}
+
+	// The head in flight: what is appended now is due at once.
+	if _, err := b.pool.Exec(ctx, `UPDATE bridge.deliveries SET status = 'delivering', lease_expires_at = now() + interval '1 hour',
+		claimed_by = 'test' WHERE subscription_id = $1 AND asset_seq = 1`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.HandOver(ctx, nil, []Stream{key}, []Parked{parked(sub.ID, "x", 4)}); err != nil {
+		t.Fatal(err)
+	}
+	if d := dueIn(4); d > time.Second {
+		t.Fatalf("row appended behind a head in flight due in %v, want now", d)
+	}
+
+	// Order is the stream's: seq follows the hand-overs.
+	rows, err := b.pool.Query(ctx, `SELECT asset_seq FROM bridge.deliveries WHERE subscription_id = $1 ORDER BY seq`, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	if rows.Err() != nil || len(seqs) != 4 || seqs[0] != 1 || seqs[1] != 2 || seqs[2] != 3 || seqs[3] != 4 {
+		t.Fatalf("rows in seq order %v (err %v), want 1 2 3 4", seqs, rows.Err())
+	}
+}
