@@ -103,17 +103,23 @@ func (l *Lane) overBounds(now time.Time, isolate func(p *partition, sub string, 
 	}
 	var states []state
 	for _, p := range l.parts {
-		if p.revoked || len(p.waiting) < 2 {
+		if p.revoked {
 			continue
 		}
 		states = states[:0]
 		keepers := 0 // backlogs within half of every bound
 		for sub, b := range p.waiting {
+			// Read (and trimmed) on every partition, also one with a
+			// single subscription: the trim is what lets go of the settled
+			// deliveries' pointers.
 			st := state{sub, b, b.age(now)}
 			states = append(states, st)
 			if l.withinHalf(b, st.age) {
 				keepers++
 			}
+		}
+		if len(states) < 2 {
+			continue // no other subscription to hold the offset for
 		}
 		for _, st := range states {
 			why := l.pastBound(st.b, st.age)
