@@ -1,6 +1,7 @@
 package fastlane
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -169,4 +170,30 @@ func TestFastLaneCapHoldsAcrossBothLanes(t *testing.T) {
 			t.Errorf("subscription %s: at most %d requests at once: the test did not load the cap", path, peak[path])
 		}
 	}
+}
+
+// The backlogs let go of what settled: once everything is delivered, every
+// (subscription, partition) backlog counts nothing and holds no delivery,
+// also on a partition only one subscription gets deliveries from (no
+// bound is ever judged there, and the settled deliveries' records would be
+// kept alive by the backlog's queue).
+func TestFastLaneBacklogsLetGoOfSettledDeliveries(t *testing.T) {
+	w := newWorld(t, 1, 1)
+	l, _ := w.lane(t, nil)
+	w.produce(t, assets(5), 20)
+	w.waitAccepted(t, 5*20, 60*time.Second)
+	w.checkClean(t)
+	testkit.Eventually(t, 10*time.Second, func() string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, p := range l.parts {
+			for sub, b := range p.waiting {
+				if b.count != 0 || b.bytes != 0 || len(b.queue) != 0 {
+					return fmt.Sprintf("partition %d, subscription %s: backlog of %d deliveries, %d bytes, %d queued",
+						p.tp.partition, sub, b.count, b.bytes, len(b.queue))
+				}
+			}
+		}
+		return ""
+	})
 }
