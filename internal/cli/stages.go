@@ -363,6 +363,8 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 		RetrySchedule: dc.RetrySchedule, AttemptRetention: dc.Retention, ShutdownGrace: dc.ShutdownGrace,
 		SessionTimeout: cfg.Consumer.SessionTimeout, RebalanceTimeout: cfg.Consumer.RebalanceTimeout,
 		Keys: cfg.Secrets.Ring(), AllowedCIDRs: dc.AllowedCIDRs,
+		MaxWaiting: cfg.Webhook.FastLaneMaxWaiting, MaxWaitingBytes: cfg.Webhook.FastLaneMaxWaitingBytes,
+		MaxWaitingAge:  cfg.Webhook.FastLaneMaxWaitingAge,
 		TracerProvider: rt.TracerProvider, Logger: rt.Logger, Metrics: rt.DeliveryMetrics,
 	})
 	if err != nil {

@@ -454,6 +454,21 @@ type Webhook struct {
 	// not run (`bridge run` leaves it out). Requires KAFKA_BROKERS and
 	// CONSUMER_TOPICS. Default false.
 	FastLane bool `env:"WEBHOOK_FAST_LANE" envDefault:"false"`
+	// WEBHOOK_FAST_LANE_MAX_WAITING: one subscription's deliveries of one
+	// partition held in the fast lane's memory and not yet settled, at
+	// most: past it (or past WEBHOOK_FAST_LANE_MAX_WAITING_BYTES or
+	// WEBHOOK_FAST_LANE_MAX_WAITING_AGE), a subscription whose backlog is
+	// its own (none of its streams waits for a worker) while another
+	// subscription on the partition keeps up is handed to the slow lane as
+	// a whole on that partition, so it never holds the partition's offset
+	// or the member's memory for the others. Default 10000.
+	FastLaneMaxWaiting int `env:"WEBHOOK_FAST_LANE_MAX_WAITING" envDefault:"10000"`
+	// WEBHOOK_FAST_LANE_MAX_WAITING_BYTES: the record bytes of those
+	// deliveries, at most. Default 16777216 (16 MiB).
+	FastLaneMaxWaitingBytes int64 `env:"WEBHOOK_FAST_LANE_MAX_WAITING_BYTES" envDefault:"16777216"`
+	// WEBHOOK_FAST_LANE_MAX_WAITING_AGE: how long the oldest of them may
+	// have waited since it was read from the partition. Default 30s.
+	FastLaneMaxWaitingAge time.Duration `env:"WEBHOOK_FAST_LANE_MAX_WAITING_AGE" envDefault:"30s"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
@@ -512,6 +527,12 @@ func (c Webhook) validate() error {
 		return fieldError("WEBHOOK_SHUTDOWN_GRACE", c.ShutdownGrace.String(), "must be positive")
 	case c.Retention <= 0:
 		return fieldError("WEBHOOK_RETENTION", c.Retention.String(), "must be positive")
+	case c.FastLaneMaxWaiting < 1:
+		return fieldError("WEBHOOK_FAST_LANE_MAX_WAITING", fmt.Sprint(c.FastLaneMaxWaiting), "must be at least 1")
+	case c.FastLaneMaxWaitingBytes < 1:
+		return fieldError("WEBHOOK_FAST_LANE_MAX_WAITING_BYTES", fmt.Sprint(c.FastLaneMaxWaitingBytes), "must be at least 1")
+	case c.FastLaneMaxWaitingAge <= 0:
+		return fieldError("WEBHOOK_FAST_LANE_MAX_WAITING_AGE", c.FastLaneMaxWaitingAge.String(), "must be positive")
 	}
 	_, err := c.ParsedAllowedCIDRs()
 	return err

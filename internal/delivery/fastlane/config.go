@@ -26,8 +26,10 @@ type Config struct {
 	// Workers: HTTP requests in flight at most. Default 128.
 	Workers int
 	// MaxInFlightPerSubscription: one subscription's requests in flight at
-	// most in the group's fast lane: each member takes the share of it
-	// that its share of the partitions is (see Lane.subCap). Default 64.
+	// most, both lanes together: each member's fast lane takes the share of
+	// it that its share of the partitions is, less one slot per parked
+	// stream of the subscription (the slow lane's, see Lane.capOf). Default
+	// 64.
 	MaxInFlightPerSubscription int
 	// Timeout of one HTTP attempt. Default 15s.
 	Timeout time.Duration
@@ -48,6 +50,19 @@ type Config struct {
 	// settled that record, is isolated the same way (its backlog holds the
 	// partition's offset and memory for the others). Default 10s.
 	HoldLimit time.Duration
+	// MaxWaiting, MaxWaitingBytes, MaxWaitingAge bound one subscription's
+	// backlog in memory on one partition: its deliveries taken from the
+	// partition and not yet settled, their record bytes, and how long the
+	// oldest of them has waited. A subscription past any of them is isolated
+	// on that partition (see Lane.overBounds) when its backlog is its own —
+	// none of its streams waits for one of this member's workers — and
+	// another subscription on the partition keeps up (within half of every
+	// bound): its backlog would otherwise hold the partition's offset, and
+	// the member's memory, for the others. Defaults 10,000, 16 MiB and 30s
+	// (WEBHOOK_FAST_LANE_MAX_WAITING, _MAX_WAITING_BYTES, _MAX_WAITING_AGE).
+	MaxWaiting      int
+	MaxWaitingBytes int64
+	MaxWaitingAge   time.Duration
 	// IsolationPeriod: how long an isolated subscription's new streams on
 	// the partition start in the slow lane. Default 30s.
 	IsolationPeriod time.Duration
@@ -113,6 +128,9 @@ func (c Config) withDefaults() Config {
 	c.MaxBufferedBytes = cmp.Or(c.MaxBufferedBytes, 64<<20)
 	c.IsolateAfter = cmp.Or(c.IsolateAfter, 2*time.Second)
 	c.HoldLimit = cmp.Or(c.HoldLimit, 10*time.Second)
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, 10_000)
+	c.MaxWaitingBytes = cmp.Or(c.MaxWaitingBytes, 16<<20)
+	c.MaxWaitingAge = cmp.Or(c.MaxWaitingAge, 30*time.Second)
 	c.IsolationPeriod = cmp.Or(c.IsolationPeriod, 30*time.Second)
 	c.HandOverInterval = cmp.Or(c.HandOverInterval, 100*time.Millisecond)
 	c.FetchMaxWait = cmp.Or(c.FetchMaxWait, 100*time.Millisecond)

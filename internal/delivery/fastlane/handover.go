@@ -54,7 +54,14 @@ func (l *Lane) handOverService(ctx context.Context) {
 		batch := l.handQ
 		l.handQ = nil
 		var ts []*taken
+		var held []*stream
 		for _, s := range batch {
+			if s.park != nil && !l.parkSlot(s) {
+				// Its subscription's fast-lane requests must first fit
+				// in what the slow lane leaves them (see parkSlot).
+				held = append(held, s)
+				continue
+			}
 			s.inHandQ = false
 			var items []*item
 			for _, it := range s.toPG {
@@ -89,6 +96,10 @@ func (l *Lane) handOverService(ctx context.Context) {
 				s.park = nil
 			}
 			ts = append(ts, t)
+		}
+		if len(held) > 0 {
+			l.handQ = append(l.handQ, held...)
+			last = time.Now()
 		}
 		if len(ts) == 0 {
 			l.mu.Unlock()

@@ -129,6 +129,7 @@ func (l *Lane) take(r *kgo.Record, d decodedRecord) bool {
 		s := l.stream(streamKey{rt.ID, asset})
 		it := &item{rec: rec, sub: rt.ID}
 		rec.items = append(rec.items, it)
+		l.wait(p, it)
 		switch {
 		case s.parked:
 			l.toSlowLane(s, it)

@@ -159,7 +159,7 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 				continue
 			}
 			sub := l.subs[it.sub]
-			if sub == nil || sub.inFlight < l.subCap() || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
+			if sub == nil || sub.inFlight < l.capOf(it.sub) || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {
@@ -178,6 +178,17 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 			}
 		}
 	}
+	// A subscription whose backlog on a partition passes a bound (count,
+	// bytes or age) while its backlog is its own and another subscription
+	// keeps up there (see overBounds).
+	l.overBounds(now, func(p *partition, sub string, why string) {
+		if slow == nil {
+			slow = map[partSub]isolation{}
+		}
+		if _, ok := slow[partSub{p, sub}]; !ok {
+			slow[partSub{p, sub}] = isolation{why: "backlog past a bound: " + why}
+		}
+	})
 	for ps, iso := range slow {
 		l.isolate(ctx, ps.p, ps.sub, now, iso)
 	}

@@ -71,6 +71,12 @@ type Lane struct {
 	// totalParts: partitions of the topics consumed, this member's and the
 	// others' (0: not known yet); see subCap.
 	totalParts int
+	// slowKeys are the streams the slow lane may have a request of in
+	// flight (parked: by a marker read, or by this member since), and
+	// slowStreams counts them per subscription: the slots the fast lane
+	// leaves to the slow lane (see capOf).
+	slowKeys    map[streamKey]bool
+	slowStreams map[string]int
 
 	stats counters
 
@@ -111,6 +117,9 @@ type partition struct {
 	// isolated: subscriptions handed to the slow lane as a whole on this
 	// partition, until the time given (see isolate).
 	isolated map[string]time.Time
+	// waiting: each subscription's deliveries of this partition not yet
+	// settled (see overBounds).
+	waiting map[string]*backlog
 }
 
 type subState struct {
@@ -147,6 +156,7 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 	l.work = sync.NewCond(&l.mu)
 	l.hand = sync.NewCond(&l.mu)
 	l.idle = sync.NewCond(&l.mu)
+	l.slowKeys, l.slowStreams = map[streamKey]bool{}, map[string]int{}
 	opts := slices.Clone(kafkaOpts)
 	opts = append(opts, topicOpts...)
 	opts = append(opts,
@@ -307,5 +317,6 @@ func (l *Lane) refresh(ctx context.Context) error {
 			l.forget(s)
 		}
 	}
+	l.countSlowStreams(parked)
 	return nil
 }

@@ -108,7 +108,7 @@ func (l *Lane) schedule(s *stream) {
 		l.subs[s.key.sub] = sub
 	}
 	s.queued = true
-	if sub.inFlight >= l.subCap() {
+	if sub.inFlight >= l.capOf(s.key.sub) {
 		sub.waiting = append(sub.waiting, s)
 		return
 	}
@@ -127,6 +127,7 @@ func (l *Lane) settleItem(it *item) {
 	if !it.settled {
 		it.settled = true
 		it.rec.pending--
+		l.unwait(it)
 	}
 }
 
@@ -197,7 +198,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 func (l *Lane) release(s *stream) {
 	sub := l.subs[s.key.sub]
 	sub.inFlight--
-	l.admit(sub, l.subCap())
+	l.admit(sub, l.capOf(s.key.sub))
 }
 
 // admit starts sub's streams waiting for a slot while it has fewer than
