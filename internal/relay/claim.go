@@ -204,8 +204,9 @@ func (r *Relay) restore(cp *checkpoint) {
 }
 
 // claim reads the next rows to produce: the held rows that are due, then a
-// page of each group's batch.
-func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (claimed, error) {
+// page of each group's batch. sending are the held rows of the batches in
+// flight, by id.
+func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement, sending map[string]bool) (claimed, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	var out claimed
@@ -256,11 +257,12 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 			return out, errServerChanged
 		}
 	}
-	// A held row whose outcome is still being written is not sent twice.
+	// A held row in flight or whose outcome is still being written is not
+	// sent twice.
 	inSettlement := inflight.ids()
 	// Nor does an asset whose held row failed in it go on meanwhile.
 	for _, w := range res.Held {
-		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
+		if id := w.ID.String(); !inSettlement[id] && !sending[id] && !inflight.failing(w.AssetKey()) {
 			out.rows = append(out.rows, w)
 		}
 	}

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,9 +43,12 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		// record is sent again — the same dedup-id, which consumers dedup on.
 		kgo.AllowIdempotentProduceCancellation(),
 		kgo.ProduceRequestTimeout(min(cfg.ProduceTimeout, 30*time.Second)),
-		// The relay waits for a whole batch of acks per cycle; a short linger
-		// keeps the commit→ack latency low without giving up batching.
-		kgo.ProducerLinger(2 * time.Millisecond),
+		// No linger: a batch's records are sent as soon as they are
+		// buffered. The relay's batches are its batching (and the records
+		// buffered while the broker's requests are in flight go out
+		// together); a linger was added to the commit→ack latency of every
+		// batch of a few rows.
+		kgo.ProducerLinger(0),
 		kgo.ProducerBatchMaxBytes(int32(max(cfg.MaxMessageBytes+4096, 1<<20))),
 		kgo.MaxBufferedRecords(max(cfg.BatchSize*2, 10000)),
 		// Let the broker decide: where auto.create.topics.enable is on, the
@@ -131,37 +133,30 @@ func (r *Relay) setValue(ctx context.Context, rec *kgo.Record, w *row) error {
 	return nil
 }
 
-// produce sends rows[idx...] and waits for every acknowledgement. It
-// returns when the last record was handed to the client.
-func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []sendResult) (buffered time.Time) {
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout+5*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(len(idx))
+// send hands b's rows[idx...] to the client; each ack (or failure) lands
+// in b's results, and b.acks is done once every one is in. Only the relay
+// loop calls it.
+func (r *Relay) send(b *batch, idx []int) {
+	rows, results := b.s.rows, b.s.results
 	for _, i := range idx {
 		w := rows[i]
-		sctx, span := r.startSpan(pctx, w)
+		b.toSend = append(b.toSend, i)
+		sctx, span := r.startSpan(b.pctx, w)
 		rec := record(sctx, w, r.cfg.CloudEventsSource)
 		if err := r.setValue(sctx, rec, w); err != nil {
 			results[i] = sendResult{err: err}
 			endSpan(span, results[i])
-			wg.Done()
 			continue
 		}
-		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
-			defer wg.Done()
+		b.acks.Add(1)
+		b.outstanding.Add(1)
+		r.client.Produce(b.pctx, rec, func(rec *kgo.Record, err error) {
+			defer b.acks.Done()
+			defer b.outstanding.Add(-1)
 			results[i] = sendResult{partition: rec.Partition, offset: rec.Offset, err: err}
 			endSpan(span, results[i])
 		})
 	}
-	buffered = time.Now()
-	// The whole batch is buffered: send it now instead of after the linger.
-	// The cycle waits for every ack anyway, and at a low rate (a few rows per
-	// cycle) the linger was most of the commit→ack latency. An error here is
-	// the context's, and every record's own result still arrives.
-	_ = r.client.Flush(pctx)
-	wg.Wait()
-	return buffered
 }
 
 func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {

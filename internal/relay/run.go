@@ -122,8 +122,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	// produced, their acks are awaited and marked even during shutdown.
 	work := context.WithoutCancel(ctx)
 	var inflight *settlement
-	var failedOutcomes bool // a settlement could not be written: the next one saves no position
-	var idleFrom time.Time  // when the loop began waiting for work (zero: it did not)
+	// queue: the batches handed to the client and not judged yet, in claim
+	// order (at most maxInFlight; see batch).
+	var queue []*batch
+	var idleFrom time.Time // when the loop began waiting for work (zero: it did not)
 	settle := func() {
 		if inflight == nil {
 			return
@@ -135,55 +137,107 @@ func (r *Relay) Run(ctx context.Context) error {
 			// never lost.
 			r.log.ErrorContext(ctx, "record relay outcomes", "error", inflight.err)
 			r.restore(inflight.before)
-			failedOutcomes = true
+			// The batches after it were read past what it left unwritten:
+			// their outcomes stand, their positions do not, and a batch of
+			// theirs read again (an outage) is read from before this one.
+			for _, b := range queue {
+				b.s.save = nil
+				b.s.before = inflight.before
+			}
 		}
 		inflight = nil
 	}
 	defer settle()
+	observe := func(res cycleResult) {
+		if obs := r.cfg.CycleObserver; obs != nil {
+			obs(CycleTimes{IdleFrom: res.idleFrom, ClaimStart: res.claimStart, ClaimEnd: res.claimStart.Add(res.claimTook),
+				Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
+		}
+	}
+	// judgeOldest waits for the oldest batch's acks, judges it, and writes
+	// its settlement once the one before it is written. An outage (or an
+	// uncharged retry) reads the batches in flight again: the state goes
+	// back to before the oldest, and the later ones' records are awaited
+	// and dropped.
+	judgeOldest := func() (outage bool, err error) {
+		b := queue[0]
+		s, outage, retry, err := r.judge(work, b)
+		if err != nil {
+			return false, err
+		}
+		if outage || retry {
+			discard(queue[1:])
+			queue = nil
+			r.restore(b.s.before)
+			observe(b.res)
+			return outage, nil
+		}
+		prev, waitStarted := inflight, time.Now()
+		settle()
+		r.reportSlowCycle(ctx, b.res.claimStart, waitStarted, b.res, prev)
+		observe(b.res)
+		queue = queue[1:]
+		judged(b, queue)
+		if len(queue) > 0 {
+			r.release(queue[0])
+		}
+		if s != nil {
+			inflight = s
+			go func(s *settlement) {
+				started := time.Now()
+				s.err = s.write(work, r)
+				s.took = time.Since(started)
+				close(s.done)
+			}(s)
+		}
+		return false, nil
+	}
+	judgeAll := func() (outage bool, err error) {
+		for len(queue) > 0 && !outage && err == nil {
+			outage, err = judgeOldest()
+		}
+		return outage, err
+	}
 	for {
 		if r.lanes.hasSurplus() {
 			// Lanes change hands only with nothing of theirs in flight, at
-			// the position this replica reached.
+			// the position this replica reached (after an outage, the one
+			// before the batches read again).
+			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+				r.wake.close()
+				return err
+			}
 			settle()
 			r.savePositionsNow(ctx)
 			r.lanes.releaseSurplus(ctx)
 		}
 		owned := r.lanes.Owned()
-		full, found, claimed := false, false, 0
+		full, claimed := false, 0
 		if len(owned) > 0 {
-			cycleStarted := time.Now()
-			res, next, err := r.cycle(work, owned, inflight)
-			if errors.Is(err, errSimulatedCrash) {
-				r.wake.close() // a dead process's connections close
-				return err
-			}
-			prev, waitStarted := inflight, time.Now()
-			settle()
-			r.reportSlowCycle(ctx, cycleStarted, waitStarted, res, prev)
-			if obs := r.cfg.CycleObserver; obs != nil {
-				obs(CycleTimes{IdleFrom: idleFrom, ClaimStart: cycleStarted, ClaimEnd: cycleStarted.Add(res.claimTook),
-					Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
-			}
+			b, res, err := r.startBatch(work, owned, inflight, queue)
+			res.idleFrom = idleFrom
 			idleFrom = time.Time{}
-			if next != nil && failedOutcomes {
-				// It was read past what the failed settlement left
-				// unwritten: its outcomes stand, its positions do not.
-				next.save = nil
-				failedOutcomes = false
+			if b != nil {
+				b.res.idleFrom = res.idleFrom
+				queue = append(queue, b)
+			} else {
+				observe(res)
 			}
-			if next != nil {
-				inflight = next
-				go func(s *settlement) {
-					started := time.Now()
-					s.err = s.write(work, r)
-					s.took = time.Since(started)
-					close(s.done)
-				}(next)
+			// Judge every batch whose acks are in; wait for the oldest when
+			// maxInFlight are out, and for all of them after a full page: a
+			// backlog is read page by page, the next page read while the
+			// current one is produced (see prefetch).
+			var outage bool
+			var jerr error
+			for len(queue) > 0 && !outage && jerr == nil && (res.more || len(queue) >= maxInFlight || queue[0].acked()) {
+				outage, jerr = judgeOldest()
+			}
+			if errors.Is(jerr, errSimulatedCrash) {
+				r.wake.close() // a dead process's connections close
+				return jerr
 			}
 			switch {
-			case err != nil:
-				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
-			case res.outage:
+			case outage:
 				settle()
 				if !r.waitForBroker(ctx) {
 					return r.shutdown(ctx)
@@ -195,16 +249,23 @@ func (r *Relay) Run(ctx context.Context) error {
 				// the window passes), retriable failures are not charged.
 				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
+			case err != nil:
+				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
 			default:
-				full, found, claimed = res.more, next != nil, res.claimed
+				full, claimed = res.more, res.claimed
 			}
 		}
 		if ctx.Err() != nil {
+			// Graceful: what was produced is judged and marked first.
+			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+				r.wake.close()
+				return err
+			}
 			settle()
 			return r.shutdown(ctx)
 		}
 		steady := r.trickle(claimed, time.Now())
-		if full || (found && claimed >= busyFromRows) {
+		if full || claimed >= busyFromRows {
 			// More is waiting, or rows went out under a load that keeps
 			// more committing: claim again at once, no need to wait for a
 			// NOTIFY. While this relay does, commits skip their
@@ -216,12 +277,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		if steady {
 			// A steady trickle of small commits: claim again after a pause
 			// of busyPause, with commits skipping their notification, as
-			// long as rows keep coming (see trickle).
+			// long as rows keep coming (see trickle). The batches in flight
+			// are judged after the next claim.
 			r.wake.busy(ctx)
 			if idleFrom.IsZero() {
 				idleFrom = time.Now()
 			}
 			if !r.pause(ctx, wake, busyPause) {
+				if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+					r.wake.close()
+					return err
+				}
 				settle()
 				return r.shutdown(ctx)
 			}
@@ -232,6 +298,19 @@ func (r *Relay) Run(ctx context.Context) error {
 			// commits that skipped their notification to be visible; the
 			// claim after that sees all of them.
 			r.wake.wait(ctx)
+			continue
+		}
+		// Before blocking, the batches in flight are judged and their
+		// settlements started: an idle relay has nothing unacked.
+		if outage, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+			r.wake.close()
+			return err
+		} else if outage {
+			settle()
+			if !r.waitForBroker(ctx) {
+				return r.shutdown(ctx)
+			}
+			r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 			continue
 		}
 		// Wait for the next NOTIFY while the last batch's marks are still
@@ -427,7 +506,10 @@ func (r *Relay) reportSlowCycle(ctx context.Context, started, waitStarted time.T
 }
 
 type cycleResult struct {
-	claimed int
+	// idleFrom: when the loop began waiting before the claim (zero: it
+	// did not); claimStart: when the claim began.
+	idleFrom, claimStart time.Time
+	claimed              int
 	// claimTook and produceTook are the claim statement and produce until
 	// the last ack (zero when the step did not run).
 	claimTook, produceTook time.Duration
