@@ -152,9 +152,14 @@ func (r *Relay) send(b *batch, idx []int) {
 		b.outstanding.Add(1)
 		r.client.Produce(b.pctx, rec, func(rec *kgo.Record, err error) {
 			defer b.acks.Done()
-			defer b.outstanding.Add(-1)
 			results[i] = sendResult{partition: rec.Partition, offset: rec.Offset, err: err}
 			endSpan(span, results[i])
+			if b.outstanding.Add(-1) == 0 {
+				select { // a relay waiting for work judges the batch now
+				case r.ackedAll <- struct{}{}:
+				default:
+				}
+			}
 		})
 	}
 }

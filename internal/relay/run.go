@@ -52,6 +52,9 @@ type Relay struct {
 	noChargeUntil time.Time
 	// rowsAt: when a claim last found rows (see trickle).
 	rowsAt time.Time
+	// ackedAll is signalled when a batch in flight has every ack in: a
+	// relay waiting for work judges it and writes its settlement.
+	ackedAll chan struct{}
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
@@ -73,6 +76,8 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
 		known:  map[string]int64{},
+
+		ackedAll: make(chan struct{}, 1),
 	}
 	r.wake = newWakeState(pool, cfg.Logger, min(cfg.PollInterval, wakeGateTimeout))
 	return r
@@ -300,11 +305,18 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.wake.wait(ctx)
 			continue
 		}
-		// Before blocking, the batches in flight are judged and their
-		// settlements started: an idle relay has nothing unacked.
-		if outage, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+		// Before blocking, the batches in flight whose acks are in are
+		// judged and their settlements started; the wait ends when the
+		// oldest of the others has its acks, as it does for a NOTIFY: a
+		// commit that comes meanwhile is claimed and produced at once.
+		var outage bool
+		var jerr error
+		for len(queue) > 0 && !outage && jerr == nil && queue[0].acked() {
+			outage, jerr = judgeOldest()
+		}
+		if errors.Is(jerr, errSimulatedCrash) {
 			r.wake.close()
-			return err
+			return jerr
 		} else if outage {
 			settle()
 			if !r.waitForBroker(ctx) {
@@ -312,6 +324,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 			continue
+		}
+		var acked <-chan struct{} // nil (never ready) with nothing in flight
+		if len(queue) > 0 {
+			acked = r.ackedAll
 		}
 		// Wait for the next NOTIFY while the last batch's marks are still
 		// being written, as a drain's next claim does: an event that
@@ -324,7 +340,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		if idleFrom.IsZero() {
 			idleFrom = time.Now()
 		}
-		if !r.waitForWork(ctx, wake, poll.C, &inflight, settle) {
+		if !r.waitForWork(ctx, wake, poll.C, acked, &inflight, settle) {
+			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
+				r.wake.close()
+				return err
+			}
 			settle() // marks are fenced by the leases: written before they are released
 			return r.shutdown(ctx)
 		}
@@ -380,15 +400,17 @@ func (r *Relay) pause(ctx context.Context, wake <-chan struct{}, d time.Duration
 	return true
 }
 
-// waitForWork blocks until a NOTIFY, a change of lanes or the poll interval
-// says to claim again; it returns false when ctx is done. A settlement that
-// finishes meanwhile is collected (settle) without a claim.
-func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, inflight **settlement, settle func()) bool {
+// waitForWork blocks until a NOTIFY, a change of lanes, the poll interval
+// or the acks of a batch in flight (acked) say to claim again; it returns
+// false when ctx is done. A settlement that finishes meanwhile is collected
+// (settle) without a claim.
+func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, acked <-chan struct{}, inflight **settlement, settle func()) bool {
 	// Positions not saved yet are saved while the relay waits, at most
 	// positionEvery after the last save (an idle relay's lanes show their
-	// events as passed, and a restart reads nothing again).
+	// events as passed, and a restart reads nothing again) — only with no
+	// batch in flight: a position saved now would pass its rows.
 	var saveDue <-chan time.Time
-	if r.unsavedPositions() {
+	if acked == nil && r.unsavedPositions() {
 		t := time.NewTimer(max(positionEvery-time.Since(r.savedAt), 0))
 		defer t.Stop()
 		saveDue = t.C
@@ -410,6 +432,8 @@ func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-ch
 		case <-r.lanes.changed:
 			return true
 		case <-poll:
+			return true
+		case <-acked:
 			return true
 		case <-written:
 			settle()
