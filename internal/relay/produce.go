@@ -43,12 +43,10 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		// record is sent again — the same dedup-id, which consumers dedup on.
 		kgo.AllowIdempotentProduceCancellation(),
 		kgo.ProduceRequestTimeout(min(cfg.ProduceTimeout, 30*time.Second)),
-		// No linger: a batch's records are sent as soon as they are
-		// buffered. The relay's batches are its batching (and the records
-		// buffered while the broker's requests are in flight go out
-		// together); a linger was added to the commit→ack latency of every
-		// batch of a few rows.
-		kgo.ProducerLinger(0),
+		// A short linger while a batch is being buffered, so a page goes
+		// out in few requests; once the batch is buffered the relay flushes
+		// (see flush), so no batch waits for the linger.
+		kgo.ProducerLinger(2 * time.Millisecond),
 		kgo.ProducerBatchMaxBytes(int32(max(cfg.MaxMessageBytes+4096, 1<<20))),
 		kgo.MaxBufferedRecords(max(cfg.BatchSize*2, 10000)),
 		// Let the broker decide: where auto.create.topics.enable is on, the
@@ -133,10 +131,11 @@ func (r *Relay) setValue(ctx context.Context, rec *kgo.Record, w *row) error {
 	return nil
 }
 
-// send hands b's rows[idx...] to the client; each ack (or failure) lands
-// in b's results, and b.acks is done once every one is in. Only the relay
-// loop calls it.
+// send hands b's rows[idx...] to the client, then flushes; each ack (or
+// failure) lands in b's results, and b.acks is done once every one is in.
+// Only the relay loop calls it.
 func (r *Relay) send(b *batch, idx []int) {
+	defer r.flush()
 	rows, results := b.s.rows, b.s.results
 	for _, i := range idx {
 		w := rows[i]
@@ -162,6 +161,28 @@ func (r *Relay) send(b *batch, idx []int) {
 			}
 		})
 	}
+}
+
+// flush sends what is buffered now instead of after the linger: at a low
+// rate (a few rows per batch) the linger was most of the commit→ack
+// latency. One goroutine flushes at a time (Flush returns once nothing is
+// buffered, so batches in flight are waited for by it, not by the loop);
+// the batches buffered while it flushes are sent without a linger too.
+func (r *Relay) flush() {
+	if !r.flushing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			// An error here is the context's, and every record's own
+			// result still arrives.
+			_ = r.client.Flush(context.Background())
+			r.flushing.Store(false)
+			if r.client.BufferedProduceRecords() == 0 || !r.flushing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {

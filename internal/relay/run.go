@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,6 +56,8 @@ type Relay struct {
 	// ackedAll is signalled when a batch in flight has every ack in: a
 	// relay waiting for work judges it and writes its settlement.
 	ackedAll chan struct{}
+	// flushing: a goroutine is flushing the client (see flush).
+	flushing atomic.Bool
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
