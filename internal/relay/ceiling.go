@@ -36,7 +36,7 @@ func StatementCeiling(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int,
 	read := 0
 	start := time.Now()
 	for {
-		c, err := r.claim(ctx, lanes, nil, nil)
+		c, err := r.claim(ctx, lanes, nil)
 		if err != nil {
 			return read, time.Since(start), err
 		}

@@ -204,9 +204,8 @@ func (r *Relay) restore(cp *checkpoint) {
 }
 
 // claim reads the next rows to produce: the held rows that are due, then a
-// page of each group's batch. sending are the held rows of the batches in
-// flight, by id.
-func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement, sending map[string]bool) (claimed, error) {
+// page of each group's batch.
+func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (claimed, error) {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	var out claimed
@@ -257,12 +256,11 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement, se
 			return out, errServerChanged
 		}
 	}
-	// A held row in flight or whose outcome is still being written is not
-	// sent twice.
+	// A held row whose outcome is still being written is not sent twice.
 	inSettlement := inflight.ids()
 	// Nor does an asset whose held row failed in it go on meanwhile.
 	for _, w := range res.Held {
-		if id := w.ID.String(); !inSettlement[id] && !sending[id] && !inflight.failing(w.AssetKey()) {
+		if !inSettlement[w.ID.String()] && !inflight.failing(w.AssetKey()) {
 			out.rows = append(out.rows, w)
 		}
 	}

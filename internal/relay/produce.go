@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,9 +44,8 @@ func ProducerOptions(cfg Config) []kgo.Opt {
 		// record is sent again — the same dedup-id, which consumers dedup on.
 		kgo.AllowIdempotentProduceCancellation(),
 		kgo.ProduceRequestTimeout(min(cfg.ProduceTimeout, 30*time.Second)),
-		// A short linger while a batch is being buffered, so a page goes
-		// out in few requests; once the batch is buffered the relay flushes
-		// (see flush), so no batch waits for the linger.
+		// The relay waits for a whole batch of acks per cycle; a short linger
+		// keeps the commit→ack latency low without giving up batching.
 		kgo.ProducerLinger(2 * time.Millisecond),
 		kgo.ProducerBatchMaxBytes(int32(max(cfg.MaxMessageBytes+4096, 1<<20))),
 		kgo.MaxBufferedRecords(max(cfg.BatchSize*2, 10000)),
@@ -131,58 +131,37 @@ func (r *Relay) setValue(ctx context.Context, rec *kgo.Record, w *row) error {
 	return nil
 }
 
-// send hands b's rows[idx...] to the client, then flushes; each ack (or
-// failure) lands in b's results, and b.acks is done once every one is in.
-// Only the relay loop calls it.
-func (r *Relay) send(b *batch, idx []int) {
-	defer r.flush()
-	rows, results := b.s.rows, b.s.results
+// produce sends rows[idx...] and waits for every acknowledgement. It
+// returns when the last record was handed to the client.
+func (r *Relay) produce(ctx context.Context, rows []*row, idx []int, results []sendResult) (buffered time.Time) {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout+5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(len(idx))
 	for _, i := range idx {
 		w := rows[i]
-		b.toSend = append(b.toSend, i)
-		sctx, span := r.startSpan(b.pctx, w)
+		sctx, span := r.startSpan(pctx, w)
 		rec := record(sctx, w, r.cfg.CloudEventsSource)
 		if err := r.setValue(sctx, rec, w); err != nil {
 			results[i] = sendResult{err: err}
 			endSpan(span, results[i])
+			wg.Done()
 			continue
 		}
-		b.acks.Add(1)
-		b.outstanding.Add(1)
-		r.client.Produce(b.pctx, rec, func(rec *kgo.Record, err error) {
-			defer b.acks.Done()
+		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
+			defer wg.Done()
 			results[i] = sendResult{partition: rec.Partition, offset: rec.Offset, err: err}
 			endSpan(span, results[i])
-			if b.outstanding.Add(-1) == 0 {
-				select { // a relay waiting for work judges the batch now
-				case r.ackedAll <- struct{}{}:
-				default:
-				}
-			}
 		})
 	}
-}
-
-// flush sends what is buffered now instead of after the linger: at a low
-// rate (a few rows per batch) the linger was most of the commit→ack
-// latency. One goroutine flushes at a time (Flush returns once nothing is
-// buffered, so batches in flight are waited for by it, not by the loop);
-// the batches buffered while it flushes are sent without a linger too.
-func (r *Relay) flush() {
-	if !r.flushing.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		for {
-			// An error here is the context's, and every record's own
-			// result still arrives.
-			_ = r.client.Flush(context.Background())
-			r.flushing.Store(false)
-			if r.client.BufferedProduceRecords() == 0 || !r.flushing.CompareAndSwap(false, true) {
-				return
-			}
-		}
-	}()
+	buffered = time.Now()
+	// The whole batch is buffered: send it now instead of after the linger.
+	// The cycle waits for every ack anyway, and at a low rate (a few rows per
+	// cycle) the linger was most of the commit→ack latency. An error here is
+	// the context's, and every record's own result still arrives.
+	_ = r.client.Flush(pctx)
+	wg.Wait()
+	return buffered
 }
 
 func (r *Relay) produceAlone(ctx context.Context, w *row) sendResult {

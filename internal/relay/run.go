@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,11 +52,6 @@ type Relay struct {
 	noChargeUntil time.Time
 	// rowsAt: when a claim last found rows (see trickle).
 	rowsAt time.Time
-	// ackedAll is signalled when a batch in flight has every ack in: a
-	// relay waiting for work judges it and writes its settlement.
-	ackedAll chan struct{}
-	// flushing: a goroutine is flushing the client (see flush).
-	flushing atomic.Bool
 
 	// testCrashAfterProduce, when set and returning true, makes the cycle stop
 	// between produce and mark and Run return at once without releasing its
@@ -79,8 +73,6 @@ func New(pool *pgxpool.Pool, client *kgo.Client, cfg Config) *Relay {
 		tracer: cfg.TracerProvider.Tracer("github.com/outboxbridge/bridge/internal/relay"),
 		log:    cfg.Logger,
 		known:  map[string]int64{},
-
-		ackedAll: make(chan struct{}, 1),
 	}
 	r.wake = newWakeState(pool, cfg.Logger, min(cfg.PollInterval, wakeGateTimeout))
 	return r
@@ -130,10 +122,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	// produced, their acks are awaited and marked even during shutdown.
 	work := context.WithoutCancel(ctx)
 	var inflight *settlement
-	// queue: the batches handed to the client and not judged yet, in claim
-	// order (at most maxInFlight; see batch).
-	var queue []*batch
-	var idleFrom time.Time // when the loop began waiting for work (zero: it did not)
+	var failedOutcomes bool // a settlement could not be written: the next one saves no position
+	var idleFrom time.Time  // when the loop began waiting for work (zero: it did not)
 	settle := func() {
 		if inflight == nil {
 			return
@@ -145,107 +135,55 @@ func (r *Relay) Run(ctx context.Context) error {
 			// never lost.
 			r.log.ErrorContext(ctx, "record relay outcomes", "error", inflight.err)
 			r.restore(inflight.before)
-			// The batches after it were read past what it left unwritten:
-			// their outcomes stand, their positions do not, and a batch of
-			// theirs read again (an outage) is read from before this one.
-			for _, b := range queue {
-				b.s.save = nil
-				b.s.before = inflight.before
-			}
+			failedOutcomes = true
 		}
 		inflight = nil
 	}
 	defer settle()
-	observe := func(res cycleResult) {
-		if obs := r.cfg.CycleObserver; obs != nil {
-			obs(CycleTimes{IdleFrom: res.idleFrom, ClaimStart: res.claimStart, ClaimEnd: res.claimStart.Add(res.claimTook),
-				Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
-		}
-	}
-	// judgeOldest waits for the oldest batch's acks, judges it, and writes
-	// its settlement once the one before it is written. An outage (or an
-	// uncharged retry) reads the batches in flight again: the state goes
-	// back to before the oldest, and the later ones' records are awaited
-	// and dropped.
-	judgeOldest := func() (outage bool, err error) {
-		b := queue[0]
-		s, outage, retry, err := r.judge(work, b)
-		if err != nil {
-			return false, err
-		}
-		if outage || retry {
-			discard(queue[1:])
-			queue = nil
-			r.restore(b.s.before)
-			observe(b.res)
-			return outage, nil
-		}
-		prev, waitStarted := inflight, time.Now()
-		settle()
-		r.reportSlowCycle(ctx, b.res.claimStart, waitStarted, b.res, prev)
-		observe(b.res)
-		queue = queue[1:]
-		judged(b, queue)
-		if len(queue) > 0 {
-			r.release(queue[0])
-		}
-		if s != nil {
-			inflight = s
-			go func(s *settlement) {
-				started := time.Now()
-				s.err = s.write(work, r)
-				s.took = time.Since(started)
-				close(s.done)
-			}(s)
-		}
-		return false, nil
-	}
-	judgeAll := func() (outage bool, err error) {
-		for len(queue) > 0 && !outage && err == nil {
-			outage, err = judgeOldest()
-		}
-		return outage, err
-	}
 	for {
 		if r.lanes.hasSurplus() {
 			// Lanes change hands only with nothing of theirs in flight, at
-			// the position this replica reached (after an outage, the one
-			// before the batches read again).
-			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
-				r.wake.close()
-				return err
-			}
+			// the position this replica reached.
 			settle()
 			r.savePositionsNow(ctx)
 			r.lanes.releaseSurplus(ctx)
 		}
 		owned := r.lanes.Owned()
-		full, claimed := false, 0
+		full, found, claimed := false, false, 0
 		if len(owned) > 0 {
-			b, res, err := r.startBatch(work, owned, inflight, queue)
-			res.idleFrom = idleFrom
-			idleFrom = time.Time{}
-			if b != nil {
-				b.res.idleFrom = res.idleFrom
-				queue = append(queue, b)
-			} else {
-				observe(res)
-			}
-			// Judge every batch whose acks are in; wait for the oldest when
-			// maxInFlight are out, and for all of them after a full page: a
-			// backlog is read page by page, the next page read while the
-			// current one is produced (see prefetch).
-			var outage bool
-			var jerr error
-			for len(queue) > 0 && !outage && jerr == nil && (res.more || len(queue) >= maxInFlight || queue[0].acked()) {
-				outage, jerr = judgeOldest()
-			}
-			if errors.Is(jerr, errSimulatedCrash) {
+			cycleStarted := time.Now()
+			res, next, err := r.cycle(work, owned, inflight)
+			if errors.Is(err, errSimulatedCrash) {
 				r.wake.close() // a dead process's connections close
-				return jerr
+				return err
+			}
+			prev, waitStarted := inflight, time.Now()
+			settle()
+			r.reportSlowCycle(ctx, cycleStarted, waitStarted, res, prev)
+			if obs := r.cfg.CycleObserver; obs != nil {
+				obs(CycleTimes{IdleFrom: idleFrom, ClaimStart: cycleStarted, ClaimEnd: cycleStarted.Add(res.claimTook),
+					Produced: res.produced, Acked: res.acked, Settled: time.Now(), Rows: res.claimed})
+			}
+			idleFrom = time.Time{}
+			if next != nil && failedOutcomes {
+				// It was read past what the failed settlement left
+				// unwritten: its outcomes stand, its positions do not.
+				next.save = nil
+				failedOutcomes = false
+			}
+			if next != nil {
+				inflight = next
+				go func(s *settlement) {
+					started := time.Now()
+					s.err = s.write(work, r)
+					s.took = time.Since(started)
+					close(s.done)
+				}(next)
 			}
 			switch {
-			case outage:
+			case err != nil:
+				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
+			case res.outage:
 				settle()
 				if !r.waitForBroker(ctx) {
 					return r.shutdown(ctx)
@@ -257,23 +195,16 @@ func (r *Relay) Run(ctx context.Context) error {
 				// the window passes), retriable failures are not charged.
 				r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
 				continue
-			case err != nil:
-				r.log.ErrorContext(ctx, "relay cycle failed", "error", err)
 			default:
-				full, claimed = res.more, res.claimed
+				full, found, claimed = res.more, next != nil, res.claimed
 			}
 		}
 		if ctx.Err() != nil {
-			// Graceful: what was produced is judged and marked first.
-			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
-				r.wake.close()
-				return err
-			}
 			settle()
 			return r.shutdown(ctx)
 		}
 		steady := r.trickle(claimed, time.Now())
-		if full || claimed >= busyFromRows {
+		if full || (found && claimed >= busyFromRows) {
 			// More is waiting, or rows went out under a load that keeps
 			// more committing: claim again at once, no need to wait for a
 			// NOTIFY. While this relay does, commits skip their
@@ -285,17 +216,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		if steady {
 			// A steady trickle of small commits: claim again after a pause
 			// of busyPause, with commits skipping their notification, as
-			// long as rows keep coming (see trickle). The batches in flight
-			// are judged after the next claim.
+			// long as rows keep coming (see trickle).
 			r.wake.busy(ctx)
 			if idleFrom.IsZero() {
 				idleFrom = time.Now()
 			}
 			if !r.pause(ctx, wake, busyPause) {
-				if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
-					r.wake.close()
-					return err
-				}
 				settle()
 				return r.shutdown(ctx)
 			}
@@ -308,30 +234,6 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.wake.wait(ctx)
 			continue
 		}
-		// Before blocking, the batches in flight whose acks are in are
-		// judged and their settlements started; the wait ends when the
-		// oldest of the others has its acks, as it does for a NOTIFY: a
-		// commit that comes meanwhile is claimed and produced at once.
-		var outage bool
-		var jerr error
-		for len(queue) > 0 && !outage && jerr == nil && queue[0].acked() {
-			outage, jerr = judgeOldest()
-		}
-		if errors.Is(jerr, errSimulatedCrash) {
-			r.wake.close()
-			return jerr
-		} else if outage {
-			settle()
-			if !r.waitForBroker(ctx) {
-				return r.shutdown(ctx)
-			}
-			r.noChargeUntil = time.Now().Add(5 * r.cfg.ProduceTimeout)
-			continue
-		}
-		var acked <-chan struct{} // nil (never ready) with nothing in flight
-		if len(queue) > 0 {
-			acked = r.ackedAll
-		}
 		// Wait for the next NOTIFY while the last batch's marks are still
 		// being written, as a drain's next claim does: an event that
 		// commits meanwhile is claimed at once, next to the settlement
@@ -343,11 +245,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if idleFrom.IsZero() {
 			idleFrom = time.Now()
 		}
-		if !r.waitForWork(ctx, wake, poll.C, acked, &inflight, settle) {
-			if _, err := judgeAll(); errors.Is(err, errSimulatedCrash) {
-				r.wake.close()
-				return err
-			}
+		if !r.waitForWork(ctx, wake, poll.C, &inflight, settle) {
 			settle() // marks are fenced by the leases: written before they are released
 			return r.shutdown(ctx)
 		}
@@ -403,17 +301,15 @@ func (r *Relay) pause(ctx context.Context, wake <-chan struct{}, d time.Duration
 	return true
 }
 
-// waitForWork blocks until a NOTIFY, a change of lanes, the poll interval
-// or the acks of a batch in flight (acked) say to claim again; it returns
-// false when ctx is done. A settlement that finishes meanwhile is collected
-// (settle) without a claim.
-func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, acked <-chan struct{}, inflight **settlement, settle func()) bool {
+// waitForWork blocks until a NOTIFY, a change of lanes or the poll interval
+// says to claim again; it returns false when ctx is done. A settlement that
+// finishes meanwhile is collected (settle) without a claim.
+func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-chan time.Time, inflight **settlement, settle func()) bool {
 	// Positions not saved yet are saved while the relay waits, at most
 	// positionEvery after the last save (an idle relay's lanes show their
-	// events as passed, and a restart reads nothing again) — only with no
-	// batch in flight: a position saved now would pass its rows.
+	// events as passed, and a restart reads nothing again).
 	var saveDue <-chan time.Time
-	if acked == nil && r.unsavedPositions() {
+	if r.unsavedPositions() {
 		t := time.NewTimer(max(positionEvery-time.Since(r.savedAt), 0))
 		defer t.Stop()
 		saveDue = t.C
@@ -435,8 +331,6 @@ func (r *Relay) waitForWork(ctx context.Context, wake <-chan struct{}, poll <-ch
 		case <-r.lanes.changed:
 			return true
 		case <-poll:
-			return true
-		case <-acked:
 			return true
 		case <-written:
 			settle()
@@ -533,10 +427,7 @@ func (r *Relay) reportSlowCycle(ctx context.Context, started, waitStarted time.T
 }
 
 type cycleResult struct {
-	// idleFrom: when the loop began waiting before the claim (zero: it
-	// did not); claimStart: when the claim began.
-	idleFrom, claimStart time.Time
-	claimed              int
+	claimed int
 	// claimTook and produceTook are the claim statement and produce until
 	// the last ack (zero when the step did not run).
 	claimTook, produceTook time.Duration
