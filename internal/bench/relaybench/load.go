@@ -261,8 +261,8 @@ type sample struct {
 }
 
 // handedOrAcked is when the carrying claim must have ended by: the record's
-// handing to the client (the relay overlaps batches, so later claims end
-// before an ack), or its ack when that was not seen.
+// handing to the client (a claim that ends after it, before the ack, did
+// not carry it), or its ack when that was not seen.
 func (s sample) handedOrAcked() time.Time {
 	if s.buf.IsZero() {
 		return s.at
