@@ -27,7 +27,8 @@ type latencies struct {
 	active    atomic.Bool
 	mu        sync.Mutex
 	committed map[string]time.Time // dedup-id → commit returned, not acked yet
-	early     map[string]time.Time // acked before the writer recorded its commit
+	early     map[string]sample    // acked before the writer recorded its commit (ms unset)
+	buffered  map[string]time.Time // dedup-id → handed to the relay's client, not acked yet
 	samples   []sample
 	claims    []claimSpan        // the relays' claim statements while active, by end
 	cycles    []relay.CycleTimes // the relays' cycles while active, in order
@@ -116,9 +117,11 @@ func (l *latencies) detail() (all, slow Detail) {
 	}
 	add := func(d *Detail, s sample) {
 		commit := s.at.Add(-time.Duration(float64(s.ms) * float64(time.Millisecond)))
-		// The carrying cycle: the last one whose claim ended before the ack.
-		i, _ := slices.BinarySearchFunc(cycles, s.at, func(c relay.CycleTimes, t time.Time) int { return c.ClaimStart.Compare(t) })
-		for i--; i >= 0 && (cycles[i].ClaimEnd.After(s.at) || cycles[i].Produced.IsZero()); i-- {
+		// The carrying cycle: the last one whose claim ended before the
+		// record was handed to the client.
+		end := s.handedOrAcked()
+		i, _ := slices.BinarySearchFunc(cycles, end, func(c relay.CycleTimes, t time.Time) int { return c.ClaimStart.Compare(t) })
+		for i--; i >= 0 && (cycles[i].ClaimEnd.After(end) || cycles[i].Produced.IsZero()); i-- {
 		}
 		if i < 0 {
 			return
@@ -186,19 +189,24 @@ func (l *latencies) claimed(took time.Duration) {
 // Wait from the COMMIT returning to the start of the claim that carried the
 // event (the NOTIFY, and whatever the relay was doing meanwhile), Claim the
 // claim statement, Produce from its end to the broker's ack (building the
-// records, produce, ack). Missed is the share of the events whose carrying
-// claim was not the first one started after their commit.
+// records, produce, ack). Produce is split in turn into HandMs, until the
+// record is handed to the client (building it, or waiting for an earlier
+// batch of its asset), and AckMs, from there to the ack. Missed is the
+// share of the events whose carrying claim was not the first one started
+// after their commit.
 type Breakdown struct {
 	Events    int     `json:"events"`
 	WaitMs    float64 `json:"wait_ms"`
 	ClaimMs   float64 `json:"claim_ms"`
 	ProduceMs float64 `json:"produce_ms"`
+	HandMs    float64 `json:"hand_ms"`
+	AckMs     float64 `json:"ack_ms"`
 	Missed    float64 `json:"missed_share"`
 }
 
 // breakdown returns the steps of all matched events and of those at or
 // above the p99. The carrying claim is the last one that ended before the
-// ack (exact with one relay).
+// record was handed to the client (exact with one relay).
 func (l *latencies) breakdown() (all, slow Breakdown) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -216,7 +224,7 @@ func (l *latencies) breakdown() (all, slow Breakdown) {
 	p99 := percentile(xs, 0.99)
 	add := func(b *Breakdown, s sample) {
 		commit := s.at.Add(-time.Duration(float64(s.ms) * float64(time.Millisecond)))
-		i, _ := slices.BinarySearchFunc(claims, s.at, func(c claimSpan, t time.Time) int { return c.end.Compare(t) })
+		i, _ := slices.BinarySearchFunc(claims, s.handedOrAcked(), func(c claimSpan, t time.Time) int { return c.end.Compare(t) })
 		if i == 0 {
 			return
 		}
@@ -225,6 +233,8 @@ func (l *latencies) breakdown() (all, slow Breakdown) {
 		b.WaitMs += c.start.Sub(commit).Seconds() * 1000
 		b.ClaimMs += c.end.Sub(c.start).Seconds() * 1000
 		b.ProduceMs += s.at.Sub(c.end).Seconds() * 1000
+		b.HandMs += s.handedOrAcked().Sub(c.end).Seconds() * 1000
+		b.AckMs += s.at.Sub(s.handedOrAcked()).Seconds() * 1000
 		if j, _ := slices.BinarySearchFunc(starts, commit, func(a, t time.Time) int { return a.Compare(t) }); j < len(starts) && starts[j].Before(c.start) {
 			b.Missed++
 		}
@@ -238,18 +248,30 @@ func (l *latencies) breakdown() (all, slow Breakdown) {
 	for _, b := range []*Breakdown{&all, &slow} {
 		if n := float64(b.Events); n > 0 {
 			b.WaitMs, b.ClaimMs, b.ProduceMs, b.Missed = b.WaitMs/n, b.ClaimMs/n, b.ProduceMs/n, b.Missed/n
+			b.HandMs, b.AckMs = b.HandMs/n, b.AckMs/n
 		}
 	}
 	return all, slow
 }
 
 type sample struct {
-	at time.Time
-	ms float32
+	at  time.Time // acked
+	buf time.Time // handed to the client (zero: not seen)
+	ms  float32
+}
+
+// handedOrAcked is when the carrying claim must have ended by: the record's
+// handing to the client (a claim that ends after it, before the ack, did
+// not carry it), or its ack when that was not seen.
+func (s sample) handedOrAcked() time.Time {
+	if s.buf.IsZero() {
+		return s.at
+	}
+	return s.buf
 }
 
 func newLatencies() *latencies {
-	return &latencies{committed: map[string]time.Time{}, early: map[string]time.Time{}}
+	return &latencies{committed: map[string]time.Time{}, early: map[string]sample{}, buffered: map[string]time.Time{}}
 }
 
 func (l *latencies) setActive(on bool) { l.active.Store(on) }
@@ -258,27 +280,39 @@ func (l *latencies) commit(ids []string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
-		if ack, ok := l.early[id]; ok {
+		if e, ok := l.early[id]; ok {
 			// The relay can ack before the writer's COMMIT call returns to
 			// it; the commit is then no later than the ack.
 			delete(l.early, id)
-			l.samples = append(l.samples, sample{at: ack, ms: float32(max(0, ack.Sub(at).Seconds()*1000))})
+			e.ms = float32(max(0, e.at.Sub(at).Seconds()*1000))
+			l.samples = append(l.samples, e)
 			continue
 		}
 		l.committed[id] = at
 	}
 }
 
+// handed records when the relay handed an event's record to its client.
+func (l *latencies) handed(id string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.buffered[id]; !ok {
+		l.buffered[id] = at
+	}
+}
+
 func (l *latencies) acked(id string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	buf := l.buffered[id]
+	delete(l.buffered, id)
 	c, ok := l.committed[id]
 	if !ok {
-		l.early[id] = at
+		l.early[id] = sample{at: at, buf: buf}
 		return
 	}
 	delete(l.committed, id)
-	l.samples = append(l.samples, sample{at: at, ms: float32(at.Sub(c).Seconds() * 1000)})
+	l.samples = append(l.samples, sample{at: at, buf: buf, ms: float32(at.Sub(c).Seconds() * 1000)})
 }
 
 // summary returns how many events were matched and their p50, p99 and max.

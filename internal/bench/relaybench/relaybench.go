@@ -158,6 +158,16 @@ func (a *acks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	}
 }
 
+// OnProduceRecordBuffered records when the relay handed a watched record to
+// its client.
+func (a *acks) OnProduceRecordBuffered(r *kgo.Record) {
+	if l := a.lat; l != nil && l.active.Load() {
+		if m, err := contract.Decode(r); err == nil {
+			l.handed(m.DedupID, time.Now())
+		}
+	}
+}
+
 // OnBrokerE2E records the round trip of each produce request (write to
 // response read) while latencies are tracked: the broker's own share of
 // commit→ack, on the relay's connection.
