@@ -35,6 +35,15 @@ var TracingVars = []string{
 	"OTEL_EXPORTER_OTLP_CERTIFICATE",
 }
 
+// MetricsVars are the standard OpenTelemetry variables the metrics' OTLP
+// push reads (internal/metrics.otlp), beside the shared OTLP ones above.
+var MetricsVars = []string{
+	"OTEL_METRICS_EXPORTER",
+	"OTEL_METRIC_EXPORT_INTERVAL",
+	"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+}
+
 // configSource is config.go itself: the field comments are the one place
 // each variable is described, and docs/configuration.md's table is generated from them.
 //

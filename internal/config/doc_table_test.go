@@ -207,7 +207,7 @@ var notBridgeVars = []string{"BRIDGE_TEST_JAEGER_OTLP", "BRIDGE_TEST_JAEGER_QUER
 // it.
 func TestDocsNameOnlyRealVariables(t *testing.T) {
 	t.Parallel()
-	known := append(Vars(), TracingVars...)
+	known := slices.Concat(Vars(), TracingVars, MetricsVars)
 	for _, doc := range []string{"README.md", filepath.Join("docs", "configuration.md"), filepath.Join("docs", "operations.md")} {
 		raw, err := os.ReadFile(filepath.Join("..", "..", doc))
 		if err != nil {
@@ -219,7 +219,7 @@ func TestDocsNameOnlyRealVariables(t *testing.T) {
 		}
 		for _, m := range envName.FindAllStringSubmatch(text, -1) {
 			if !slices.Contains(known, m[1]) && !slices.Contains(notBridgeVars, m[1]) {
-				t.Errorf("%s names %s, which no code reads (config.Vars, config.TracingVars)", doc, m[1])
+				t.Errorf("%s names %s, which no code reads (config.Vars, config.TracingVars, config.MetricsVars)", doc, m[1])
 			}
 		}
 	}
