@@ -184,14 +184,18 @@ func histDiff(a, b []uint64, buckets []float64, q float64) (sumMs, qMs float64) 
 }
 
 // residentMiB is VmRSS of pid in MiB (0 when /proc cannot show it).
-func residentMiB(pid int) float64 {
+func residentMiB(pid int) float64 { return procStatusMiB(pid, "VmRSS:") }
+
+// procStatusMiB is the kB line field of /proc/pid/status in MiB (0 when
+// /proc cannot show it).
+func procStatusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb / 1024
 		}

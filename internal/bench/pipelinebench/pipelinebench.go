@@ -14,7 +14,6 @@
 package pipelinebench
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -931,21 +930,7 @@ func postgresCPU() time.Duration {
 }
 
 // peakRSS is VmHWM of pid in MiB (0 when /proc cannot show it).
-func peakRSS(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func peakRSS(pid int) float64 { return procStatusMiB(pid, "VmHWM:") }
 
 type minuteStages struct {
 	minute int // from the load's start; -1: the whole load
