@@ -48,20 +48,40 @@ func ReadStats(ctx context.Context, db DB) (Stats, error) {
 	return st, nil
 }
 
+// gaugeBoundSQL is the lowest xmax of the lanes' positions (their tick
+// snapshots): every row of a transaction below it that no tick saw in
+// progress was passed by its lane. A lane without a position bounds
+// nothing ('0': its rows are all NEW). (The xmin does not bound it: one
+// long transaction anywhere on the server holds every snapshot's xmin
+// back.)
+const gaugeBoundSQL = `
+SELECT CASE WHEN count(p.tick) = count(*) THEN min(pg_snapshot_xmax(p.tick)) ELSE '0'::text::xid8 END
+FROM bridge.relay_lanes rl LEFT JOIN bridge.relay_positions p ON p.lane = rl.lane`
+
 // gaugeNewSQL counts the NEW rows and the oldest one's age without reading
-// the passed part of the log: every row whose transaction is below the
-// lowest lane position's xmin was passed (or is held, counted from
-// bridge.outbox_held), so only the rows above it are judged, through the
-// (xid, seq) index. A lane without a position bounds nothing: its rows are
-// all NEW, and the whole log is read.
+// the passed part of the log: only the rows at or above the bound ($1,
+// gaugeBoundSQL), and those of a transaction some lane's tick saw in
+// progress, can be NEW — two reads of the (xid, seq) index, however long
+// the log. The bound is a parameter, not a subquery, so that the planner
+// sees its value and reads the index from it (with a subquery it assumes
+// a third of the log and may scan it all). A held row takes its status
+// from bridge.outbox_held.
 const gaugeNewSQL = `
-WITH bound AS (
-  SELECT CASE WHEN count(p.tick) = count(*) THEN min(pg_snapshot_xmin(p.tick)) ELSE '0'::text::xid8 END AS x
-  FROM bridge.relay_lanes rl LEFT JOIN bridge.relay_positions p ON p.lane = rl.lane
+WITH candidates AS (
+  SELECT l.id, l.lane, l.xid, l.seq, l.created_at FROM bridge.outbox_log l
+  WHERE l.xid >= $1::xid8
+  UNION ALL
+  SELECT l.* FROM (SELECT DISTINCT pg_snapshot_xip(tick) AS x FROM bridge.relay_positions) xs
+  CROSS JOIN LATERAL (
+    -- OFFSET 0 keeps this a lookup of each transaction in the index: the
+    -- planner would otherwise join the few in-progress transactions
+    -- against every row below the bound.
+    SELECT l.id, l.lane, l.xid, l.seq, l.created_at FROM bridge.outbox_log l
+    WHERE l.xid = xs.x AND l.xid < $1::xid8 OFFSET 0) l
 ), new_rows AS (
-  SELECT l.created_at, 1 AS in_log FROM bridge.outbox_log l LEFT JOIN bridge.relay_positions p ON p.lane = l.lane
-  WHERE l.xid >= (SELECT x FROM bound) AND NOT bridge.outbox_passed(l.xid, l.seq, p)
-    AND NOT EXISTS (SELECT 1 FROM bridge.outbox_held h WHERE h.id = l.id)
+  SELECT c.created_at, 1 AS in_log FROM candidates c LEFT JOIN bridge.relay_positions p ON p.lane = c.lane
+  WHERE NOT bridge.outbox_passed(c.xid, c.seq, p)
+    AND NOT EXISTS (SELECT 1 FROM bridge.outbox_held h WHERE h.id = c.id)
   UNION ALL
   SELECT created_at, 0 FROM bridge.outbox_held WHERE status = 'NEW'
 )
@@ -90,8 +110,12 @@ WHERE schemaname = 'bridge' AND relname IN ('outbox_log_0', 'outbox_log_1', 'out
 // full read on the application's database each time.
 func ReadGaugeStats(ctx context.Context, db DB) (Stats, error) {
 	st := Stats{ByStatus: map[string]int64{"NEW": 0, "SENT": 0, "FAILED": 0}, FailedByTopic: map[string]int64{}}
+	var bound string
 	var newAll, newInLog, logRows int64
-	if err := db.QueryRow(ctx, gaugeNewSQL).Scan(&newAll, &newInLog, &st.OldestNewAgeSeconds); err != nil {
+	if err := db.QueryRow(ctx, gaugeBoundSQL).Scan(&bound); err != nil {
+		return st, fmt.Errorf("outbox gauges: %w", err)
+	}
+	if err := db.QueryRow(ctx, gaugeNewSQL, bound).Scan(&newAll, &newInLog, &st.OldestNewAgeSeconds); err != nil {
 		return st, fmt.Errorf("outbox gauges: %w", err)
 	}
 	if err := db.QueryRow(ctx, gaugeLogRowsSQL).Scan(&logRows); err != nil {
