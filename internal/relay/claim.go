@@ -226,8 +226,8 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 	started := time.Now()
 	// One round trip: the held rows that are due and a page of each
 	// group's batch; a group with no batch open starts one that ends at
-	// the read's snapshot. During a backlog it was read while the
-	// previous page was produced (see prefetch).
+	// the read's snapshot. After a batch with rows it was read while that
+	// batch was produced (see prefetch).
 	read := r.nextRead(lanes, margin)
 	opened := make([]bool, len(r.groups))
 	for i, g := range r.groups {
@@ -322,12 +322,12 @@ func (r *Relay) nextRead(lanes []int, margin time.Duration) outboxstore.CyclePar
 	return read
 }
 
-// prefetch is the next claim's read, started while a backlog's page is
-// produced: the cycle is otherwise serial (read, produce, wait for the
-// acks, read again), and the database and the broker each waited for the
-// other. It reads only; the claim that takes it sorts its rows against the
-// settlement then in flight, as for any read made while a settlement is
-// written.
+// prefetch is the next claim's read, started while a batch with rows (a
+// backlog's page, or a trickle's few rows) is produced: the cycle is
+// otherwise serial (read, produce, wait for the acks, read again), and the
+// database and the broker each waited for the other. It reads only; the
+// claim that takes it sorts its rows against the settlement then in
+// flight, as for any read made while a settlement is written.
 type prefetch struct {
 	read    outboxstore.CycleParams
 	started time.Time
