@@ -226,8 +226,8 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 	started := time.Now()
 	// One round trip: the held rows that are due and a page of each
 	// group's batch; a group with no batch open starts one that ends at
-	// the read's snapshot. After a batch with rows it was read while that
-	// batch was produced (see prefetch).
+	// the read's snapshot. During a backlog it was read while the
+	// previous page was produced (see prefetch).
 	read := r.nextRead(lanes, margin)
 	opened := make([]bool, len(r.groups))
 	for i, g := range r.groups {
@@ -236,7 +236,7 @@ func (r *Relay) claim(ctx context.Context, lanes []int, inflight *settlement) (c
 			opened[i] = true
 		}
 	}
-	res, err := r.readCycle(qctx, read, margin, inflight)
+	res, err := r.readCycle(qctx, read, margin)
 	if err != nil {
 		return out, err
 	}
@@ -322,41 +322,33 @@ func (r *Relay) nextRead(lanes []int, margin time.Duration) outboxstore.CyclePar
 	return read
 }
 
-// prefetch is the next claim's read, started while a batch with rows (a
-// backlog's page, or a trickle's few rows) is produced: the cycle is
-// otherwise serial (read, produce, wait for the acks, read again), and the
-// database and the broker each waited for the other. It reads only; the
-// claim that takes it sorts its rows against the settlement then in
-// flight, as for any read made while a settlement is written.
+// prefetch is the next claim's read, started while a backlog's page is
+// produced: the cycle is otherwise serial (read, produce, wait for the
+// acks, read again), and the database and the broker each waited for the
+// other. It reads only; the claim that takes it sorts its rows against the
+// settlement then in flight, as for any read made while a settlement is
+// written.
 type prefetch struct {
 	read    outboxstore.CycleParams
 	started time.Time
-	// after is the settlement of the batch being produced while the read
-	// runs: the claim that takes the read must sort it against that
-	// settlement (its failing assets, its held rows sent), as the read
-	// cannot see what that settlement writes.
-	after *settlement
-	done  chan struct{}
-	res   outboxstore.CycleRead
-	err   error
+	done    chan struct{}
+	res     outboxstore.CycleRead
+	err     error
 }
 
 // startPrefetch reads what the next claim will read, in the background,
-// once the outcomes of the settlement before the page being produced
-// (prev) are written: a read from before them could miss the holds they
-// write. Its position save is not waited for (it changes nothing a read
-// sees; if it fails, the lanes go back to before that settlement's batch
-// and this read no longer matches the next one). The page being produced
-// is settled by after. Only the relay loop calls it, after a claim.
-func (r *Relay) startPrefetch(ctx context.Context, lanes []int, prev, after *settlement) {
-	p := &prefetch{read: r.nextRead(lanes, r.cfg.LeaseTimeout/2), started: time.Now(), after: after, done: make(chan struct{})}
+// once the settlement before the page being produced (prev) is written: a
+// read from before it could miss the holds it writes. Only the relay loop
+// calls it, after a claim.
+func (r *Relay) startPrefetch(ctx context.Context, lanes []int, prev *settlement) {
+	p := &prefetch{read: r.nextRead(lanes, r.cfg.LeaseTimeout/2), started: time.Now(), done: make(chan struct{})}
 	r.prefetched = p
 	go func() {
 		defer close(p.done)
 		if prev != nil {
-			<-prev.outcomes
-			if prev.outcomesErr != nil {
-				p.err = prev.outcomesErr // its rows are read again: this read is not the next one
+			<-prev.done
+			if prev.err != nil {
+				p.err = prev.err // its rows are read again: this read is not the next one
 				return
 			}
 		}
@@ -367,34 +359,19 @@ func (r *Relay) startPrefetch(ctx context.Context, lanes []int, prev, after *set
 }
 
 // readCycle returns the prefetched read when it is the one asked for —
-// the same groups at the same keys, the same lanes — recent enough for
-// the fence it passed to still hold with half its margin, and sorted
-// against the settlement it was read beside (inflight is still that
-// settlement: one collected meanwhile has written holds the read cannot
-// see, and the claim would no longer hold the rows behind them);
-// otherwise it reads now. A prefetch still running is waited for either
-// way: it reads the map of known assets, which the claim then updates.
-func (r *Relay) readCycle(ctx context.Context, read outboxstore.CycleParams, margin time.Duration, inflight *settlement) (outboxstore.CycleRead, error) {
+// the same groups at the same keys, the same lanes — and recent enough for
+// the fence it passed to still hold with half its margin; otherwise it
+// reads now. A prefetch still running is waited for either way: it reads
+// the map of known assets, which the claim then updates.
+func (r *Relay) readCycle(ctx context.Context, read outboxstore.CycleParams, margin time.Duration) (outboxstore.CycleRead, error) {
 	if p := r.prefetched; p != nil {
 		r.prefetched = nil
 		<-p.done
-		if p.err == nil && p.after == inflight && time.Since(p.started) < margin/2 && sameRead(p.read, read) {
+		if p.err == nil && time.Since(p.started) < margin/2 && sameRead(p.read, read) {
 			return p.res, nil
 		}
 	}
 	return outboxstore.ReadCycle(ctx, r.pool, read)
-}
-
-// dropPrefetch forgets the prefetched read (once it is done: it reads the
-// map of known assets). Before the relay waits for the commits that
-// skipped their notification, or blocks until a notification: the claim
-// after that must read a snapshot taken after the wait, or it misses the
-// commits that did not notify.
-func (r *Relay) dropPrefetch() {
-	if p := r.prefetched; p != nil {
-		r.prefetched = nil
-		<-p.done
-	}
 }
 
 // sameRead says whether two reads ask for the same rows (the known assets

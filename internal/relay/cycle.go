@@ -26,22 +26,17 @@ func (r *Relay) cycle(ctx context.Context, lanes []int, inflight *settlement) (c
 	}
 	claimedAt := time.Now()
 	res := cycleResult{claimed: len(c.rows) + len(c.hold), more: c.more, claimTook: claimedAt.Sub(started)}
+	if c.more {
+		// A backlog: the next page is read while this one is produced.
+		r.startPrefetch(ctx, lanes, inflight)
+	}
 	rows, rest := sameTopicRuns(c.rows)
 	for _, w := range rest {
 		if !w.Held {
 			c.hold = append(c.hold, w)
 		}
 	}
-	s := &settlement{before: before, rows: rows, hold: c.hold, results: make([]sendResult, len(rows)), unsettled: map[string]bool{},
-		done: make(chan struct{}), outcomes: make(chan struct{})}
-	if c.more || len(rows) > 0 {
-		// The next claim's read runs while this batch is produced: during a
-		// backlog (more of a batch is left), and under a trickle (rows came
-		// now, more are likely committing while the acks are awaited), so
-		// an event committed during this cycle waits for one produce, not
-		// for a produce and a claim in a row.
-		r.startPrefetch(ctx, lanes, inflight, s)
-	}
+	s := &settlement{before: before, rows: rows, hold: c.hold, results: make([]sendResult, len(rows)), unsettled: map[string]bool{}, done: make(chan struct{})}
 	s.save = r.positionsToSave()
 	if len(rows) == 0 {
 		if len(s.hold) == 0 && s.save == nil {

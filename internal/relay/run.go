@@ -218,11 +218,6 @@ func (r *Relay) Run(ctx context.Context) error {
 			// of busyPause, with commits skipping their notification, as
 			// long as rows keep coming (see trickle).
 			r.wake.busy(ctx)
-			if r.prefetched != nil {
-				// The next claim's read ran while this batch was
-				// produced: it is the pause.
-				continue
-			}
 			if idleFrom.IsZero() {
 				idleFrom = time.Now()
 			}
@@ -232,9 +227,6 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		// A read made before the relay waits would miss the commits that
-		// did not notify it.
-		r.dropPrefetch()
 		if !r.wake.readyToBlock() {
 			// Nothing went out. Say so to the writers and wait for the
 			// commits that skipped their notification to be visible; the
@@ -350,7 +342,6 @@ func (r *Relay) shutdown(runCtx context.Context) error {
 	if errors.Is(context.Cause(runCtx), errSimulatedCrash) {
 		return errSimulatedCrash // a dead process releases nothing
 	}
-	r.dropPrefetch() // its read holds a connection of the pool
 	r.wake.close()
 	ctx, cancel := context.WithTimeout(context.Background(), database.QueryTimeout)
 	defer cancel()

@@ -45,14 +45,7 @@ type settlement struct {
 	save []positionSave
 	done chan struct{}
 	err  error
-	// outcomes is closed once the outcomes (holds, sends, charges, parks)
-	// are written or failed (outcomesErr), before the positions are saved:
-	// a read needs only those to see the batch's holds, and the position
-	// save (once a second, a write of its own) ran before every prefetched
-	// read when the read waited for done.
-	outcomes    chan struct{}
-	outcomesErr error
-	took        time.Duration // writing it (valid once done is closed)
+	took time.Duration // writing it (valid once done is closed)
 }
 
 // write records the outcomes, then the positions. Every statement is fenced
@@ -97,8 +90,6 @@ func (s *settlement) write(ctx context.Context, r *Relay) error {
 	qctx, cancel := context.WithTimeout(ctx, database.QueryTimeout)
 	defer cancel()
 	charged, err := outboxstore.WriteOutcomes(qctx, r.pool, r.cfg.MemberID, o)
-	s.outcomesErr = err
-	close(s.outcomes)
 	if err != nil {
 		return err
 	}

@@ -101,10 +101,9 @@ func TestSteadyTrickleIsRelayedWithoutNotifications(t *testing.T) {
 	t.Logf("%d of %d commits notified", notified.Load(), commits)
 }
 
-// Under a trickle the next claim's read runs while a batch is produced, so
-// it cannot see the holds that batch's settlement writes: an asset whose
-// row fails in the batch must still hold its later rows (each read is
-// sorted against the settlement it was read beside, or read again). One
+// Under a trickle the relay claims every few milliseconds while the
+// settlement of the batch before is still being written: an asset whose row
+// fails in one batch must still hold its later rows in the next ones. One
 // writer commits an event every 2 ms, every fifth to an asset whose topic
 // refuses records until its first row was charged twice; every asset
 // arrives in asset_seq order, the failing one included.
