@@ -9,11 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxbridge/bridge/internal/kafkatest"
 	"github.com/outboxbridge/bridge/outbox"
@@ -99,68 +95,4 @@ func TestSteadyTrickleIsRelayedWithoutNotifications(t *testing.T) {
 		t.Fatalf("%d of %d commits notified the relay: a steady trickle must find it busy, not waiting for a NOTIFY", n, commits)
 	}
 	t.Logf("%d of %d commits notified", notified.Load(), commits)
-}
-
-// Under a trickle the relay claims every few milliseconds while the
-// settlement of the batch before is still being written: an asset whose row
-// fails in one batch must still hold its later rows in the next ones. One
-// writer commits an event every 2 ms, every fifth to an asset whose topic
-// refuses records until its first row was charged twice; every asset
-// arrives in asset_seq order, the failing one included.
-func TestTrickleWithAFailingAssetKeepsItsOrder(t *testing.T) {
-	cluster, b := setupFake(t, "flaky", 1)
-	if err := cluster.CreateTopic("steady", 3, nil); err != nil {
-		t.Fatal(err)
-	}
-	var failing atomic.Bool
-	failing.Store(true)
-	h := cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "flaky", Err: kerr.NotEnoughReplicas, Count: -1,
-		When: func(kmsg.Request) bool { return failing.Load() }})
-	defer h.Remove()
-	cfg := fastConfig()
-	cfg.ProduceTimeout = time.Second
-	b.startRelay(cfg)
-	ctx := context.Background()
-
-	enqueue := func(i int) uuid.UUID {
-		t.Helper()
-		topic, asset := "steady", fmt.Sprintf("s-%d", i%7)
-		if i%5 == 0 {
-			topic, asset = "flaky", "F"
-		}
-		var id uuid.UUID
-		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-			ids, err := outbox.EnqueueBatch(ctx, tx, []outbox.Event{{Topic: topic, AssetID: asset, EventType: "e", Payload: payload(i)}})
-			if err == nil {
-				id = ids[0]
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	first := enqueue(0)
-	n := 1 // events enqueued
-	// The trickle runs until F's first row was charged twice, and on for a
-	// while after its topic accepts records again.
-	for ; n < 5000 && (n%50 != 0 || b.row(first).Attempts < 2); n++ {
-		<-tick.C
-		enqueue(n)
-	}
-	if b.row(first).Attempts < 2 {
-		t.Fatalf("F's first row was not charged twice in %d commits: %+v", n, b.row(first))
-	}
-	failing.Store(false)
-	for end := n + 500; n < end; n++ {
-		<-tick.C
-		enqueue(n)
-	}
-	b.waitAllSent(n, time.Minute)
-	flaky := (n + 4) / 5
-	checkKeyOrder(t, kafkatest.ConsumeAll(t, b.brokers, "flaky", flaky, 20*time.Second))
-	checkKeyOrder(t, kafkatest.ConsumeAll(t, b.brokers, "steady", n-flaky, 20*time.Second))
 }
