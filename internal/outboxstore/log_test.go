@@ -380,7 +380,7 @@ FROM generate_series(1, 60000) g`); err != nil {
 	defer conn.Release()
 	for _, q := range []string{
 		`SET plan_cache_mode = force_generic_plan`,
-		`PREPARE batch(int[], text, pg_snapshot, pg_snapshot, text, bigint, int, interval, int, int) AS ` + batchSQL,
+		`PREPARE batch(int[], pg_snapshot, pg_snapshot, text, bigint, int, int, int) AS ` + batchSQL,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -388,7 +388,7 @@ FROM generate_series(1, 60000) g`); err != nil {
 	}
 	var plan []map[string]any
 	if err := conn.QueryRow(ctx, fmt.Sprintf(
-		`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE batch('{%s}', 'm', '%s', '%s', '0', 0, 1000, '0s', 1000000, 16777216)`,
+		`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE batch('{%s}', '%s', '%s', '0', 0, 1000, 1000000, 16777216)`,
 		lanes, prev, cur)).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
