@@ -234,3 +234,59 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", iso.why,
 		"for", l.cfg.IsolationPeriod)
 }
+
+// failingAfter: a subscription whose heads failed on this many different
+// streams in a row (no 2xx in between), within failingWindow, fails at its
+// endpoint, not per stream (see headFailed).
+const failingAfter = 10
+
+// failingWindow: a run of failed heads that has not reached failingAfter
+// streams this long after its first failure starts again.
+const failingWindow = 10 * time.Second
+
+// failRun is a subscription's failed heads since its last 2xx.
+type failRun struct {
+	since   time.Time
+	streams map[string]struct{}
+}
+
+// headFailed counts s's failed head (s is parked by it). Once failingAfter
+// different streams of the subscription have failed in a row, its
+// endpoint fails, not a stream: the subscription is isolated on every
+// partition this member owns, at once, as a slow endpoint is (its streams
+// with nothing in flight park without an attempt, the others after their
+// head; its new streams start parked for IsolationPeriod). Without it every
+// stream of the subscription spent a failing request here first — and with
+// its parked streams taking its share of the cap (capOf), the streams not
+// failed yet waited in memory for a slot, holding the partitions' offsets,
+// until HoldLimit isolated it anyway, one partition at a time, in the
+// middle of whatever the others were doing. The slow lane then probes the
+// endpoint (delivery's breaker) instead of sending every head. l.mu held.
+func (l *Lane) headFailed(s *stream, now time.Time) {
+	if l.failing == nil {
+		l.failing = map[string]*failRun{}
+	}
+	sub := s.key.sub
+	r := l.failing[sub]
+	if r == nil || now.Sub(r.since) > failingWindow {
+		r = &failRun{since: now, streams: map[string]struct{}{}}
+		l.failing[sub] = r
+	}
+	r.streams[s.key.asset] = struct{}{}
+	if len(r.streams) < failingAfter {
+		return
+	}
+	delete(l.failing, sub)
+	for _, p := range l.parts {
+		if !p.revoked && p.isolated[sub].Before(now) {
+			l.isolate(context.Background(), p, sub, now, isolation{why: "its heads failed on different streams in a row: the endpoint fails"})
+		}
+	}
+}
+
+// headSucceeded ends sub's run of failed heads. l.mu held.
+func (l *Lane) headSucceeded(sub string) {
+	if len(l.failing) > 0 {
+		delete(l.failing, sub)
+	}
+}
