@@ -237,7 +237,8 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 
 // failingAfter: a subscription whose heads failed on this many different
 // streams in a row (no 2xx in between), within failingWindow, fails at its
-// endpoint, not per stream (see headFailed).
+// endpoint, not per stream (see headFailed); fewer if its share of the cap
+// is smaller.
 const failingAfter = 10
 
 // failingWindow: a run of failed heads that has not reached failingAfter
@@ -273,7 +274,10 @@ func (l *Lane) headFailed(s *stream, now time.Time) {
 		l.failing[sub] = r
 	}
 	r.streams[s.key.asset] = struct{}{}
-	if len(r.streams) < failingAfter {
+	// A subscription with fewer slots than failingAfter cannot fail on
+	// more streams than its slots before its parks take them all (capOf):
+	// every slot failing on a different stream is the endpoint.
+	if len(r.streams) < min(failingAfter, l.subCap()) {
 		return
 	}
 	delete(l.failing, sub)
