@@ -24,8 +24,8 @@ import (
 // of rate tokens — so a head is sent at its next_attempt_at or when the
 // breaker next lets it through, whichever is later. A probe is an ordinary
 // attempt of the head the claim picks (as any claim does: the lowest seq
-// among the due heads it looks at): charged, its failure rescheduled by the schedule and its
-// own Retry-After, dead when its schedule is exhausted; a death counts
+// among the due heads it looks at): charged, its failure rescheduled by the
+// schedule and its own Retry-After, dead when its schedule is exhausted; a death counts
 // towards WEBHOOK_DISABLE_AFTER and a 2xx resets the count, as always. So
 // deaths (and a disable) come no sooner than the schedule says, and later
 // only by the time a head waits behind probes. One request per stream and
