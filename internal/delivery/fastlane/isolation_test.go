@@ -193,8 +193,27 @@ func TestFastLaneIsolatesAnEndpointThatFailsEveryStream(t *testing.T) {
 	if st.Failed > 2*slots {
 		t.Errorf("%d heads failed in the fast lane, want at most %d (one per stream would be %d)", st.Failed, 2*slots, len(as))
 	}
+	// Its live deliveries are appended at most once a second (not every
+	// HandOverInterval): ten produces 100 ms apart make at most three
+	// hand-over transactions (rows of one transaction share its xmin).
+	live := as[:5]
+	tick := time.NewTicker(100 * time.Millisecond)
+	for range 10 {
+		<-tick.C // the producer's pace, not a wait for a condition
+		w.produce(t, live, 1)
+	}
+	tick.Stop()
+	want += int64(len(live) * 10)
+	testkit.Eventually(t, 20*time.Second, func() string {
+		st := l.Stats()
+		return testkit.Unless(st.HandedOver == want, "handed over %d of the failing subscription's %d", st.HandedOver, want)
+	})
+	if n := w.count(t, `SELECT count(DISTINCT xmin::text)::int FROM bridge.deliveries WHERE subscription_id = $1 AND asset_seq > 3`,
+		w.subs[1].ID); n > 3 {
+		t.Errorf("the live deliveries of a failing endpoint took %d hand-overs over a second, want at most 3", n)
+	}
 	w.slowLane(t, nil)
 	failing.Store(false)
-	w.waitAccepted(t, len(w.subs)*len(as)*3, 90*time.Second)
+	w.waitAccepted(t, len(w.subs)*(len(as)*3+len(live)*10), 90*time.Second)
 	w.checkClean(t)
 }
