@@ -133,7 +133,7 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		}
 		last = time.Now()
 		full, soon := false, false
-		var rateWait time.Duration
+		var rateWait, probeWait time.Duration
 		if d.capacity()-int(d.inFlight.Load()) <= 0 {
 			d.starved.Store(true) // whoever gives slots back wakes the loops
 		} else {
@@ -164,12 +164,20 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 				}
 				return want, int(budget)
 			}
+			// Subscriptions whose endpoint fails every stream take one
+			// probe at a time (see breakers); probeWait wakes the loop when
+			// the next may go.
+			held, probing, wait := d.breakers.plan(time.Now())
+			probeWait = wait
 			qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 			began := time.Now()
 			res, err := d.store.ClaimShare(qctx, store.ClaimParams{
 				ClaimedBy: d.cfg.ID, MaxInFlight: d.cfg.MaxInFlightPerSubscription, Lease: d.cfg.Lease,
-				Loops: d.cfg.ClaimLoops, Loop: loop, Reserve: reserve,
+				Loops: d.cfg.ClaimLoops, Loop: loop, Reserve: reserve, Held: held, Probing: probing,
 			})
+			if err == nil {
+				d.breakers.claimed(res.Claims, time.Now())
+			}
 			claims, contended := res.Claims, res.Contended
 			if err == nil && want > 0 {
 				served = res.Subscriptions
@@ -240,8 +248,8 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		if soon {
 			again = time.After(contendedRetry << min(contendedEmpty-1, 4))
 		}
-		if rateWait > 0 {
-			due = time.After(rateWait)
+		if w := minPositive(rateWait, probeWait); w > 0 {
+			due = time.After(w)
 		}
 		select {
 		case <-ctx.Done():
@@ -252,4 +260,15 @@ func (d *Deliverer) claimLoop(ctx context.Context, jobs chan<- store.Claim, loop
 		case <-ticker.C:
 		}
 	}
+}
+
+// minPositive is the smaller of a and b that is above 0 (0: neither is).
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
 }

@@ -115,6 +115,13 @@ type Config struct {
 	// always wait for the flush: a death has been logged, counted and
 	// traced, and a disable told to the operator, when it returns.
 	SyncSuccessCommit bool
+	// BreakerAfter: a subscription whose attempts failed on this many
+	// different streams in a row is served one probe at a time until one
+	// succeeds (see breakers). Default 10; negative: never.
+	BreakerAfter int
+	// ProbeInterval: while a subscription's breaker is open, at most one of
+	// its due heads is claimed per interval. Default 1s.
+	ProbeInterval time.Duration
 	// HistoryFromKafka, set when the fast lane is on, is where the history
 	// of subscriptions created with --since is read: the topics, by time.
 	// nil: the retained outbox rows.
@@ -176,6 +183,8 @@ func (c Config) withDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, d.ShutdownGrace)
 	c.Retention = cmp.Or(c.Retention, d.Retention)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
+	c.BreakerAfter = cmp.Or(c.BreakerAfter, 10)
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

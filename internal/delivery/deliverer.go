@@ -49,6 +49,9 @@ type Deliverer struct {
 	// slots back then wakes the loops (see reserve).
 	starved atomic.Bool
 	stats   counters
+	// breakers hold back the due heads of subscriptions whose endpoint
+	// fails every stream (see breakers).
+	breakers *breakers
 }
 
 // counters are the engine's own figures (Stats).
@@ -97,6 +100,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg Config) (*Deliverer, error) {
 		tracer: tracerProvider(cfg.TracerProvider).Tracer("github.com/outboxbridge/bridge/internal/delivery"),
 	}
 	d.store.Operations = cfg.OperationsTopic
+	d.breakers = newBreakers(cfg.BreakerAfter, cfg.ProbeInterval, d.log)
 	for _, p := range cfg.AllowedCIDRs {
 		// An exemption covering a whole address family turns the SSRF
 		// guard off for it without a word: every subscription could then

@@ -42,10 +42,14 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
 	}
 	if res.success() {
+		if d.breakers.succeeded(c.SubscriptionID) {
+			d.poke() // the heads that waited behind the probe are claimable
+		}
 		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDelivered)
 		results.delivered <- recorded{res: store.Result{Claim: &c, Kind: store.Delivered, Outcome: out}, ctx: logCtx, status: res.status}
 		return true
 	}
+	d.breakers.failed(&c, time.Now())
 	log := d.claimLog(&c)
 	gone := res.status == http.StatusGone
 	if gone || c.Attempts >= d.cfg.maxAttempts() {

@@ -55,10 +55,13 @@ func (l *Lane) handOverService(ctx context.Context) {
 		l.handQ = nil
 		var ts []*taken
 		var held []*stream
+		now := time.Now()
 		for _, s := range batch {
-			if s.park != nil && !l.parkSlot(s) {
+			if s.park != nil && !l.parkSlot(s) || l.deferHandOver(s, now) {
 				// Its subscription's fast-lane requests must first fit
-				// in what the slow lane leaves them (see parkSlot).
+				// in what the slow lane leaves them (see parkSlot), or
+				// its endpoint fails and it had a hand-over just now
+				// (see deferHandOver).
 				held = append(held, s)
 				continue
 			}
@@ -96,6 +99,9 @@ func (l *Lane) handOverService(ctx context.Context) {
 				s.park = nil
 			}
 			ts = append(ts, t)
+		}
+		for _, t := range ts {
+			l.handedOver(t.s.key.sub, now)
 		}
 		if len(held) > 0 {
 			l.handQ = append(l.handQ, held...)

@@ -234,3 +234,95 @@ func (l *Lane) isolate(ctx context.Context, p *partition, sub string, now time.T
 		"subscription_id", sub, "topic", p.tp.topic, "partition", p.tp.partition, "streams", streams, "why", iso.why,
 		"for", l.cfg.IsolationPeriod)
 }
+
+// failingAfter: a subscription whose heads failed on this many different
+// streams in a row (no 2xx in between), within failingWindow, fails at its
+// endpoint, not per stream (see headFailed); fewer if its share of the cap
+// is smaller.
+const failingAfter = 10
+
+// failingWindow: a run of failed heads that has not reached failingAfter
+// streams this long after its first failure starts again.
+const failingWindow = 10 * time.Second
+
+// failRun is a subscription's failed heads since its last 2xx, and its
+// isolation for a failing endpoint.
+type failRun struct {
+	since   time.Time
+	streams map[string]struct{}
+	// until: isolated for a failing endpoint until then; handed: its last
+	// hand-over meanwhile (see deferHandOver).
+	until, handed time.Time
+}
+
+// failingHandOverEvery: a subscription isolated for a failing endpoint has
+// its deliveries appended behind its parked streams at most this often
+// (see deferHandOver).
+const failingHandOverEvery = time.Second
+
+// headFailed counts s's failed head (s is parked by it). Once failingAfter
+// different streams of the subscription have failed in a row, its
+// endpoint fails, not a stream: the subscription is isolated on every
+// partition this member owns, at once, as a slow endpoint is (its streams
+// with nothing in flight park without an attempt, the others after their
+// head; its new streams start parked for IsolationPeriod). Without it every
+// stream of the subscription spent a failing request here first — and with
+// its parked streams taking its share of the cap (capOf), the streams not
+// failed yet waited in memory for a slot, holding the partitions' offsets,
+// until HoldLimit isolated it anyway, one partition at a time, in the
+// middle of whatever the others were doing. The slow lane then probes the
+// endpoint (delivery's breaker) instead of sending every head. l.mu held.
+func (l *Lane) headFailed(s *stream, now time.Time) {
+	if l.failing == nil {
+		l.failing = map[string]*failRun{}
+	}
+	sub := s.key.sub
+	r := l.failing[sub]
+	if r == nil {
+		r = &failRun{}
+		l.failing[sub] = r
+	}
+	if r.streams == nil || now.Sub(r.since) > failingWindow {
+		r.since, r.streams = now, map[string]struct{}{}
+	}
+	r.streams[s.key.asset] = struct{}{}
+	// A subscription with fewer slots than failingAfter cannot fail on
+	// more streams than its slots before its parks take them all (capOf):
+	// every slot failing on a different stream is the endpoint.
+	if len(r.streams) < min(failingAfter, l.subCap()) {
+		return
+	}
+	r.streams, r.until = nil, now.Add(l.cfg.IsolationPeriod)
+	for _, p := range l.parts {
+		if !p.revoked && p.isolated[sub].Before(now) {
+			l.isolate(context.Background(), p, sub, now, isolation{why: "its heads failed on different streams in a row: the endpoint fails"})
+		}
+	}
+}
+
+// headSucceeded ends sub's run of failed heads. l.mu held.
+func (l *Lane) headSucceeded(sub string) {
+	if len(l.failing) > 0 {
+		delete(l.failing, sub)
+	}
+}
+
+// deferHandOver reports whether s's appends wait for a later hand-over: its
+// subscription is isolated for a failing endpoint and had a hand-over less
+// than failingHandOverEvery ago. Its slow lane is probing the endpoint (one
+// request a second at most), so what HandOverInterval buys a parked stream
+// — its next delivery claimable soon — buys nothing, while each hand-over
+// is a transaction and a claim its NOTIFY wakes in every claim loop: ten a
+// second for a subscription whose endpoint answers nothing but 500. The
+// deliveries wait in memory meanwhile, unsettled. l.mu held.
+func (l *Lane) deferHandOver(s *stream, now time.Time) bool {
+	r := l.failing[s.key.sub]
+	return s.park == nil && r != nil && r.until.After(now) && now.Sub(r.handed) < failingHandOverEvery
+}
+
+// handedOver notes a hand-over of sub (see deferHandOver). l.mu held.
+func (l *Lane) handedOver(sub string, now time.Time) {
+	if r := l.failing[sub]; r != nil && r.until.After(now) {
+		r.handed = now
+	}
+}

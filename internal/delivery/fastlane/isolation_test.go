@@ -153,3 +153,67 @@ func TestFastLaneCapHoldsAcrossMembers(t *testing.T) {
 		t.Errorf("delivered %d and %d: want both members delivering", sa.Delivered, sb.Delivered)
 	}
 }
+
+// An endpoint that answers 500 to everything: once its heads have failed on
+// as many different streams as it has slots, the subscription is isolated
+// on every partition at once — all of its deliveries are handed over,
+// without a failing request per stream and without waiting for HoldLimit
+// (its parks took its slots: the streams not failed yet could not get
+// one). The other subscription is delivered meanwhile; once the endpoint
+// answers again the slow lane delivers every event, in order.
+func TestFastLaneIsolatesAnEndpointThatFailsEveryStream(t *testing.T) {
+	w := newWorld(t, 4, 2)
+	failPath := w.paths[1]
+	var failing atomic.Bool
+	failing.Store(true)
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == failPath && failing.Load() {
+			return http.StatusInternalServerError, 0
+		}
+		return http.StatusNoContent, 0
+	}
+	const slots = 4
+	l, _ := w.lane(t, func(c *Config) {
+		c.MaxInFlightPerSubscription = slots
+		c.HoldLimit = 10 * time.Minute // only the failing endpoint's rule may isolate it
+	})
+	as := assets(40)
+	w.produce(t, as, 3)
+	want := int64(len(as) * 3)
+	testkit.Eventually(t, 20*time.Second, func() string {
+		st := l.Stats()
+		return testkit.Unless(st.HandedOver == want, "handed over %d of the failing subscription's %d", st.HandedOver, want)
+	})
+	st := l.Stats()
+	if st.Isolations < 1 {
+		t.Errorf("isolations = %d, want the failing subscription isolated", st.Isolations)
+	}
+	// At most its slots' worth of failed heads, and the ones in flight
+	// when it was isolated: not one per stream.
+	if st.Failed > 2*slots {
+		t.Errorf("%d heads failed in the fast lane, want at most %d (one per stream would be %d)", st.Failed, 2*slots, len(as))
+	}
+	// Its live deliveries are appended at most once a second (not every
+	// HandOverInterval): ten produces 100 ms apart make at most three
+	// hand-over transactions (rows of one transaction share its xmin).
+	live := as[:5]
+	tick := time.NewTicker(100 * time.Millisecond)
+	for range 10 {
+		<-tick.C // the producer's pace, not a wait for a condition
+		w.produce(t, live, 1)
+	}
+	tick.Stop()
+	want += int64(len(live) * 10)
+	testkit.Eventually(t, 20*time.Second, func() string {
+		st := l.Stats()
+		return testkit.Unless(st.HandedOver == want, "handed over %d of the failing subscription's %d", st.HandedOver, want)
+	})
+	if n := w.count(t, `SELECT count(DISTINCT xmin::text)::int FROM bridge.deliveries WHERE subscription_id = $1 AND asset_seq > 3`,
+		w.subs[1].ID); n > 3 {
+		t.Errorf("the live deliveries of a failing endpoint took %d hand-overs over a second, want at most 3", n)
+	}
+	w.slowLane(t, nil)
+	failing.Store(false)
+	w.waitAccepted(t, len(w.subs)*(len(as)*3+len(live)*10), 90*time.Second)
+	w.checkClean(t)
+}

@@ -77,6 +77,8 @@ type Lane struct {
 	// leaves to the slow lane (see capOf).
 	slowKeys    map[streamKey]bool
 	slowStreams map[string]int
+	// failing: each subscription's run of failed heads (see headFailed).
+	failing map[string]*failRun
 
 	stats counters
 

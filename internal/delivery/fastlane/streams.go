@@ -252,6 +252,7 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 		l.cfg.Metrics.Attempt(res.Outcome.StatusCode, res.Outcome.Duration, store.StatusDelivered)
 		l.stats.delivered.Add(1)
 		l.forgive[it.sub] = true
+		l.headSucceeded(it.sub)
 		s.fast[0] = nil
 		s.fast = s.fast[1:]
 		l.settleItem(it)
@@ -276,6 +277,7 @@ func (l *Lane) done(s *stream, it *item, rt *route, res delivery.AttemptResult) 
 	for _, x := range rest {
 		l.toSlowLane(s, x)
 	}
+	l.headFailed(s, time.Now())
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("stream parked: its head failed", "subscription_id", it.sub, "asset", s.key.asset,
 			"dedup_id", it.rec.msg.DedupID, "error", res.Outcome.Error, "queued", len(rest))

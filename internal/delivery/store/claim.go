@@ -237,10 +237,21 @@ const reviveLockSQL = `SELECT pg_advisory_xact_lock(7411004)`
 // claimed, nothing is charged, no backoff is scheduled. One that became
 // limited after claimSubscriptionsSQL ran (not in bridge.claim_rated) takes nothing this
 // time. The others are not affected (take = free).
+//
+// Breakers (the deliverer's, see delivery.breakers): a subscription in $6
+// takes nothing, one in $7 at most one head and only while none of its
+// deliveries is delivering (free = the cap), so an endpoint failing every
+// stream gets one probe at a time. Like a wait for tokens, it is no
+// attempt: nothing is charged or rescheduled.
 const claimSQL = `
 WITH subs AS MATERIALIZED (
   SELECT f.id, f.free,
-         CASE WHEN f.rate_limit > 0 THEN least(f.free, coalesce(floor(r.tokens)::int, 0)) ELSE f.free END AS take
+         CASE WHEN f.id = ANY($6::uuid[]) THEN 0
+              WHEN f.id = ANY($7::uuid[]) AND f.free < $2::int THEN 0
+              WHEN f.rate_limit > 0 THEN least(f.free, coalesce(floor(r.tokens)::int, 0),
+                                               CASE WHEN f.id = ANY($7::uuid[]) THEN 1 ELSE f.free END)
+              WHEN f.id = ANY($7::uuid[]) THEN least(f.free, 1)
+              ELSE f.free END AS take
   FROM (
     SELECT s.id, s.rate_limit,
            greatest(0, $2::int - (SELECT count(*) FROM bridge.deliveries g
@@ -431,6 +442,11 @@ type ClaimParams struct {
 	// the claim goes out in one round trip with the statements that find
 	// and lock those subscriptions, so it cannot be asked in between.
 	Reserve func() (limit, bytes int)
+	// Held subscriptions take nothing, and Probing ones at most one head,
+	// only when none of their deliveries is delivering: the deliverer's
+	// breakers (an endpoint failing every stream is probed, not sent every
+	// due head).
+	Held, Probing []string
 }
 
 // Claim hands out up to p.Limit deliveries, at most one per (subscription,
@@ -496,7 +512,14 @@ func (s *DeliveryStore) ClaimShare(ctx context.Context, p ClaimParams) (ClaimRes
 	if budget <= 0 {
 		budget = math.MaxInt64
 	}
-	claimArgs := []any{p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, budget}
+	held, probing := p.Held, p.Probing
+	if held == nil {
+		held = []string{}
+	}
+	if probing == nil {
+		probing = []string{}
+	}
+	claimArgs := []any{p.ClaimedBy, p.MaxInFlight, p.Limit, p.Lease, budget, held, probing}
 	// readErr: a result this process could not read (see claimPipelined).
 	var readErr error
 	first := func(b *pgx.Batch) {

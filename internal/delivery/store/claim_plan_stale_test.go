@@ -68,7 +68,7 @@ FROM unnest($1::uuid[]) s, generate_series(0, $3 - 1) g ORDER BY g, s`, subs, st
 			return err
 		}
 		var raw []byte
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE claim_stale_test('plan-test', 32, 64, '1 minute', 9223372036854775807)`)).Scan(&raw); err != nil {
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE claim_stale_test('plan-test', 32, 64, '1 minute', 9223372036854775807, '{}', '{}')`)).Scan(&raw); err != nil {
 			return err
 		}
 		if err := json.Unmarshal(raw, &plan); err != nil {

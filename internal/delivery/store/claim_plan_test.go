@@ -46,7 +46,7 @@ func TestClaimPlanMadeOnEmptyTablesStaysCheap(t *testing.T) {
 	}
 	// EXECUTE takes no bind parameters: literals. The subscriptions come
 	// as claimSubscriptionsSQL passes them (claimSettingsSQL).
-	execute := `EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', 9223372036854775807)`
+	execute := `EXECUTE claim_plan_test('plan-test', 32, 64, '1 minute', 9223372036854775807, '{}', '{}')`
 	run := func(sql string, f func(pgx.Rows) error) {
 		t.Helper()
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
