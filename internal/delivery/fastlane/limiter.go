@@ -50,8 +50,11 @@ const (
 	// window moves.
 	limitSmoothing = 0.2
 	// limitInitial and limitFloor: the live limit at start and at least
-	// (both at most Workers).
-	limitInitial = 16
+	// (both at most Workers). Starting at the floor, the first windows
+	// measure the subscriptions' unloaded durations at few requests in
+	// flight: measured first at a limit above what the endpoints (or the
+	// machine) serve at once, the queueing would count as unloaded.
+	limitInitial = 8
 	limitFloor   = 8
 	// baselinePeriod: a subscription's unloaded duration is the lowest of
 	// its moving average over the current and the previous period, so it
