@@ -63,7 +63,8 @@ the deliveries handed to the slow lane; its live phase produces
 drain (latency: produce → received).
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
-WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL); 127.0.0.0/8 is
+WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL,
+WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT); 127.0.0.0/8 is
 allowed for the receiver.`,
 		Example: `  DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench deliver --subscriptions 10 --assets 100 --events 100000
@@ -121,7 +122,8 @@ allowed for the receiver.`,
 			if err != nil {
 				return err
 			}
-			fast = &deliverbench.FastLaneOptions{KafkaOpts: kopts, Partitions: *partitions}
+			fast = &deliverbench.FastLaneOptions{KafkaOpts: kopts, Partitions: *partitions,
+				InFlightLimit: cfg.Webhook.FastLaneInFlightLimit}
 		}
 		dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 		if err != nil {
@@ -192,6 +194,11 @@ allowed for the receiver.`,
 				res.PostgresInsertsPerDelivery, res.PostgresUpdatesPerDelivery, res.PostgresDeletesPerDelivery)},
 			{"handed to the slow lane", fmt.Sprint(res.HandedOver)},
 			{"isolations / requests cut", fmt.Sprintf("%d / %d", res.Isolations, res.RequestsCut)},
+		}
+		if res.Engine == "kafka" {
+			rows = append(rows, []string{"in-flight limit: members' sum over the drain (median, range); one member's range",
+				fmt.Sprintf("%s: %d (%d–%d); %d–%d", res.InFlightLimitMode, res.InFlightLimitSumMedian, res.InFlightLimitSumLowest,
+					res.InFlightLimitSumHighest, res.InFlightLimitMemberLowest, res.InFlightLimitMemberHighest)})
 		}
 		for _, iv := range res.LiveIntervals {
 			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),

@@ -364,7 +364,7 @@ func newFastLane(cfg *config.Config, rt *runtime) (*fastlane.Lane, error) {
 		SessionTimeout: cfg.Consumer.SessionTimeout, RebalanceTimeout: cfg.Consumer.RebalanceTimeout,
 		Keys: cfg.Secrets.Ring(), AllowedCIDRs: dc.AllowedCIDRs,
 		MaxWaiting: cfg.Webhook.FastLaneMaxWaiting, MaxWaitingBytes: cfg.Webhook.FastLaneMaxWaitingBytes,
-		MaxWaitingAge:  cfg.Webhook.FastLaneMaxWaitingAge,
+		MaxWaitingAge: cfg.Webhook.FastLaneMaxWaitingAge, InFlightLimit: cfg.Webhook.FastLaneInFlightLimit,
 		TracerProvider: rt.TracerProvider, Logger: rt.Logger, Metrics: rt.DeliveryMetrics,
 	})
 	if err != nil {

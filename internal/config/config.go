@@ -469,6 +469,14 @@ type Webhook struct {
 	// WEBHOOK_FAST_LANE_MAX_WAITING_AGE: how long the oldest of them may
 	// have waited since it was read from the partition. Default 30s.
 	FastLaneMaxWaitingAge time.Duration `env:"WEBHOOK_FAST_LANE_MAX_WAITING_AGE" envDefault:"30s"`
+	// WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT: how many of its WEBHOOK_WORKERS
+	// requests a fast-lane member sends at once. "adaptive": a live limit,
+	// at most WEBHOOK_WORKERS, lowered while the member's requests take
+	// longer than they do unloaded (each compared with its own
+	// subscription's) and raised while they do not, so members sharing a
+	// machine do not queue each other's requests; "fixed": WEBHOOK_WORKERS
+	// at once. Default adaptive.
+	FastLaneInFlightLimit string `env:"WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT" envDefault:"adaptive"`
 }
 
 // ParsedAllowedCIDRs returns WEBHOOK_ALLOWED_CIDRS as prefixes.
@@ -533,6 +541,8 @@ func (c Webhook) validate() error {
 		return fieldError("WEBHOOK_FAST_LANE_MAX_WAITING_BYTES", fmt.Sprint(c.FastLaneMaxWaitingBytes), "must be at least 1")
 	case c.FastLaneMaxWaitingAge <= 0:
 		return fieldError("WEBHOOK_FAST_LANE_MAX_WAITING_AGE", c.FastLaneMaxWaitingAge.String(), "must be positive")
+	case c.FastLaneInFlightLimit != "adaptive" && c.FastLaneInFlightLimit != "fixed":
+		return fieldError("WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT", c.FastLaneInFlightLimit, "must be adaptive or fixed")
 	}
 	_, err := c.ParsedAllowedCIDRs()
 	return err

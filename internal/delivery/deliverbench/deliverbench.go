@@ -80,6 +80,9 @@ type Options struct {
 type FastLaneOptions struct {
 	KafkaOpts  []kgo.Opt // seed brokers and the rest of the connection
 	Partitions int32     // of the bench's topic; default 12
+	// InFlightLimit is each member's fastlane.Config.InFlightLimit
+	// (WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT); "" takes the lane's default.
+	InFlightLimit string
 }
 
 // Result is what a run measured.
@@ -167,6 +170,16 @@ type Result struct {
 	// FirstDeliverySeconds (the fast lane): from the commit of the
 	// backlog's transaction to the first backlog delivery's arrival.
 	FirstDeliverySeconds float64 `json:"first_delivery_seconds"`
+	// The fast lane's in-flight limit: its mode (adaptive or fixed), the
+	// sum of the members' live limits sampled every 50 ms over the drain
+	// (median, lowest and highest sample), and the lowest and highest live
+	// limit of any member from its start to its stop.
+	InFlightLimitMode          string `json:"in_flight_limit"`
+	InFlightLimitSumMedian     int64  `json:"in_flight_limit_sum_median"`
+	InFlightLimitSumLowest     int64  `json:"in_flight_limit_sum_lowest"`
+	InFlightLimitSumHighest    int64  `json:"in_flight_limit_sum_highest"`
+	InFlightLimitMemberLowest  int64  `json:"in_flight_limit_member_lowest"`
+	InFlightLimitMemberHighest int64  `json:"in_flight_limit_member_highest"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.

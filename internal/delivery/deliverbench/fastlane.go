@@ -1,6 +1,7 @@
 package deliverbench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,7 @@ func settledRowWrites(ctx context.Context, pool *pgxpool.Pool) (rowWrites, error
 func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Config, rc *receiver, res *Result,
 	subIDs []string, unhealthy int) (*Result, error) {
 	res.Engine = "kafka"
+	res.InFlightLimitMode = cmp.Or(o.Kafka.InFlightLimit, fastlane.LimitAdaptive)
 	kopts := o.Kafka.KafkaOpts
 	parts := o.Kafka.Partitions
 	if parts <= 0 {
@@ -110,6 +112,7 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		l, err := fastlane.New(p, kopts, fastlane.Config{
 			Group: group, Topics: []string{topic}, Workers: dc.Workers, MaxInFlightPerSubscription: dc.MaxInFlightPerSubscription,
 			Timeout: dc.Timeout, RetrySchedule: dc.RetrySchedule, AllowedCIDRs: dc.AllowedCIDRs, Logger: o.Logger, ID: rcfg.ID,
+			InFlightLimit: o.Kafka.InFlightLimit,
 		})
 		if err != nil {
 			return nil, err
@@ -214,7 +217,10 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, fmt.Errorf("commit the backlog's transaction: %w", err)
 	}
 	healthy := int64(records * (o.Subscriptions - unhealthy))
-	if err := waitUntil(ctx, func() bool { return rc.backlog.Load() >= healthy }); err != nil {
+	limits := watchLimits(lanes)
+	err = waitUntil(ctx, func() bool { return rc.backlog.Load() >= healthy })
+	limits.stop(res)
+	if err != nil {
 		heap.Stop()
 		_ = stop()
 		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), healthy, err)
@@ -255,6 +261,10 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		res.HandedOver += st.HandedOver
 		res.Isolations += st.Isolations
 		res.RequestsCut += st.Cut
+		if res.InFlightLimitMemberLowest == 0 || st.InFlightLimitLowest < res.InFlightLimitMemberLowest {
+			res.InFlightLimitMemberLowest = st.InFlightLimitLowest
+		}
+		res.InFlightLimitMemberHighest = max(res.InFlightLimitMemberHighest, st.InFlightLimitHighest)
 	}
 	closePools() // the engine's backends exit and report their counters
 	after, err := settledRowWrites(ctx, pool)
@@ -326,4 +336,44 @@ func spread(lanes []*fastlane.Lane, parts int) bool {
 		total, lo, hi = total+n, min(lo, n), max(hi, n)
 	}
 	return total == parts && hi-lo <= 1
+}
+
+// limitWatch samples the sum of the members' live in-flight limits.
+type limitWatch struct {
+	done chan struct{}
+	sums chan []int64
+}
+
+// watchLimits samples the sum of the lanes' live limits every 50 ms until
+// stop.
+func watchLimits(lanes []*fastlane.Lane) *limitWatch {
+	w := &limitWatch{done: make(chan struct{}), sums: make(chan []int64, 1)}
+	go func() {
+		var sums []int64
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var sum int64
+			for _, l := range lanes {
+				sum += l.Stats().InFlightLimit
+			}
+			sums = append(sums, sum)
+			select {
+			case <-w.done:
+				w.sums <- sums
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the sampling and puts its median, lowest and highest sum in res.
+func (w *limitWatch) stop(res *Result) {
+	close(w.done)
+	sums := <-w.sums
+	slices.Sort(sums)
+	res.InFlightLimitSumMedian = sums[len(sums)/2]
+	res.InFlightLimitSumLowest, res.InFlightLimitSumHighest = sums[0], sums[len(sums)-1]
 }

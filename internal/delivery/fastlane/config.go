@@ -25,6 +25,12 @@ type Config struct {
 	Topics []string
 	// Workers: HTTP requests in flight at most. Default 128.
 	Workers int
+	// InFlightLimit: LimitAdaptive (the default) sends at most a live
+	// limit of requests at once, at most Workers, lowered while requests
+	// take longer than unloaded and raised while they do not (limiter.go);
+	// LimitFixed sends up to Workers at once
+	// (WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT).
+	InFlightLimit string
 	// MaxInFlightPerSubscription: one subscription's requests in flight at
 	// most, both lanes together: each member's fast lane takes the share of
 	// it that its share of the partitions is, less one slot per parked
@@ -120,6 +126,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Group = cmp.Or(c.Group, "outbox-bridge-deliver")
 	c.Workers = cmp.Or(c.Workers, 128)
+	c.InFlightLimit = cmp.Or(c.InFlightLimit, LimitAdaptive)
 	c.MaxInFlightPerSubscription = cmp.Or(c.MaxInFlightPerSubscription, 64)
 	c.Timeout = cmp.Or(c.Timeout, 15*time.Second)
 	if c.RetrySchedule == nil {

@@ -81,6 +81,10 @@ type Lane struct {
 	failing map[string]*failRun
 
 	stats counters
+	// lim is the live limit on requests in flight; active counts the
+	// requests in flight it applies to (see limiter.go).
+	lim    *limiter
+	active int
 
 	// logFlushed: when flushLog last took the queued attempts.
 	logFlushed time.Time
@@ -89,6 +93,7 @@ type Lane struct {
 type counters struct {
 	records, delivered, failed, handedOver, duplicates, unparked atomic.Int64
 	isolations, cut                                              atomic.Int64
+	limit, limitLowest, limitHighest                             atomic.Int64
 }
 
 type topicPartition struct {
@@ -159,6 +164,10 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 	l.hand = sync.NewCond(&l.mu)
 	l.idle = sync.NewCond(&l.mu)
 	l.slowKeys, l.slowStreams = map[streamKey]bool{}, map[string]int{}
+	l.lim = newLimiter(cfg, time.Now())
+	l.stats.limit.Store(int64(l.lim.limit))
+	l.stats.limitLowest.Store(int64(l.lim.limit))
+	l.stats.limitHighest.Store(int64(l.lim.limit))
 	opts := slices.Clone(kafkaOpts)
 	opts = append(opts, topicOpts...)
 	opts = append(opts,
@@ -230,10 +239,14 @@ func (l *Lane) Run(ctx context.Context) error {
 		service.Every(bg, service.Loop{Name: "isolate slow subscriptions", Interval: l.cfg.CommitInterval, Logger: l.log}, l.isolateSlow)
 	})
 	services.Go(func() {
+		service.Every(bg, service.Loop{Name: "uncount overdue requests", Interval: limitWindow / 2, Logger: l.log},
+			func(context.Context) error { l.tickLimit(); return nil })
+	})
+	services.Go(func() {
 		service.Every(bg, service.Loop{Name: "sweep park markers", Interval: time.Minute, Timeout: 30 * time.Second,
 			Logger: l.log}, func(ctx context.Context) error { _, err := l.store.SweepParks(ctx, 1000); return err })
 	})
-	l.log.InfoContext(ctx, "fast lane started", "topics", l.cfg.Topics, "workers", l.cfg.Workers)
+	l.log.InfoContext(ctx, "fast lane started", "topics", l.cfg.Topics, "workers", l.cfg.Workers, "in_flight_limit", l.cfg.InFlightLimit)
 
 	l.poll(ctx)
 

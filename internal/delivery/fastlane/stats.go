@@ -22,6 +22,10 @@ type Stats struct {
 	// in flight cut by an isolation, their deliveries handed over.
 	Isolations int64
 	Cut        int64
+	// InFlightLimit is the live limit on requests in flight (Workers when
+	// Config.InFlightLimit is fixed); InFlightLimitLowest and
+	// InFlightLimitHighest its range since the lane started.
+	InFlightLimit, InFlightLimitLowest, InFlightLimitHighest int64
 }
 
 // Stats returns the lane's figures so far.
@@ -30,6 +34,8 @@ func (l *Lane) Stats() Stats {
 		Records: l.stats.records.Load(), Delivered: l.stats.delivered.Load(), Failed: l.stats.failed.Load(),
 		HandedOver: l.stats.handedOver.Load(), Duplicates: l.stats.duplicates.Load(), Unparked: l.stats.unparked.Load(),
 		Isolations: l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
+		InFlightLimit: l.stats.limit.Load(), InFlightLimitLowest: l.stats.limitLowest.Load(),
+		InFlightLimitHighest: l.stats.limitHighest.Load(),
 	}
 }
 

@@ -47,7 +47,10 @@ type stream struct {
 	fast    []*item
 	sending bool
 	sentAt  time.Time // when the head in flight was sent
-	queued  bool      // in ready or in its subscription's waiting list
+	// overdue: the head in flight no longer counts against the live limit
+	// (see tickLimit).
+	overdue bool
+	queued  bool // in ready or in its subscription's waiting list
 	parked  bool
 	// handing: a hand-over of this stream is being written; toPG collects
 	// what arrives meanwhile.
@@ -151,7 +154,9 @@ func (l *Lane) worker(reqCtx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
-		for len(l.ready) == 0 && !l.stopping {
+		// A worker sends while fewer than the live limit's requests are
+		// counted in flight (see limiter.go); the others wait.
+		for (len(l.ready) == 0 || l.active >= l.lim.limit) && !l.stopping {
 			l.work.Wait()
 		}
 		if l.stopping {
@@ -168,6 +173,8 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		s.sending = true
 		s.sentAt = time.Now()
+		s.overdue = false
+		l.active++
 		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
@@ -184,6 +191,14 @@ func (l *Lane) worker(reqCtx context.Context) {
 		l.mu.Lock()
 		s.cancel = nil
 		s.sending = false
+		if s.overdue {
+			s.overdue = false
+		} else {
+			l.active--
+		}
+		if res.Success && rt != nil && !s.cut {
+			l.sampleLimit(it.sub, res.Outcome.Duration)
+		}
 		delete(l.sending, s)
 		l.release(s)
 		l.done(s, it, rt, res)
