@@ -411,6 +411,15 @@ type Webhook struct {
 	// WEBHOOK_DISABLE_AFTER: consecutive dead deliveries that disable a
 	// subscription. Default 5.
 	DisableAfter int `env:"WEBHOOK_DISABLE_AFTER" envDefault:"5"`
+	// WEBHOOK_BREAKER_AFTER: a subscription whose attempts failed on this
+	// many different streams in a row (no 2xx between) is probed: the slow
+	// lane sends its due heads one at a time, at most one per
+	// WEBHOOK_BREAKER_PROBE_INTERVAL, until one succeeds; waiting behind a
+	// probe charges no attempt. 0: never. Default 10.
+	BreakerAfter int `env:"WEBHOOK_BREAKER_AFTER" envDefault:"10"`
+	// WEBHOOK_BREAKER_PROBE_INTERVAL: while a subscription is probed, at most
+	// one of its due heads is sent per interval. Default 1s.
+	BreakerProbeInterval time.Duration `env:"WEBHOOK_BREAKER_PROBE_INTERVAL" envDefault:"1s"`
 	// WEBHOOK_TIMEOUT: timeout of one HTTP attempt. Default 15s.
 	Timeout time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"15s"`
 	// WEBHOOK_LEASE: a delivery in flight longer than this goes back to
@@ -515,6 +524,10 @@ func (c Webhook) validate() error {
 	switch {
 	case c.DisableAfter < 1:
 		return fieldError("WEBHOOK_DISABLE_AFTER", fmt.Sprint(c.DisableAfter), "must be at least 1")
+	case c.BreakerAfter < 0:
+		return fieldError("WEBHOOK_BREAKER_AFTER", fmt.Sprint(c.BreakerAfter), "must be 0 (never) or more")
+	case c.BreakerProbeInterval <= 0:
+		return fieldError("WEBHOOK_BREAKER_PROBE_INTERVAL", c.BreakerProbeInterval.String(), "must be positive")
 	case c.Timeout <= 0:
 		return fieldError("WEBHOOK_TIMEOUT", c.Timeout.String(), "must be positive")
 	case c.Lease <= c.Timeout:

@@ -150,9 +150,15 @@ func ConfigFromEnv(c config.Webhook) (Config, error) {
 	if schedule == nil {
 		schedule = []time.Duration{}
 	}
+	breakerAfter := c.BreakerAfter
+	if breakerAfter == 0 {
+		breakerAfter = -1 // WEBHOOK_BREAKER_AFTER=0: never
+	}
 	return Config{
 		RetrySchedule:              schedule,
 		DisableAfter:               c.DisableAfter,
+		BreakerAfter:               breakerAfter,
+		ProbeInterval:              c.BreakerProbeInterval,
 		Timeout:                    c.Timeout,
 		Lease:                      c.Lease,
 		Workers:                    c.Workers,
@@ -183,8 +189,8 @@ func (c Config) withDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, d.ShutdownGrace)
 	c.Retention = cmp.Or(c.Retention, d.Retention)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
-	c.BreakerAfter = cmp.Or(c.BreakerAfter, 10)
-	c.ProbeInterval = cmp.Or(c.ProbeInterval, time.Second)
+	c.BreakerAfter = cmp.Or(c.BreakerAfter, d.BreakerAfter)
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, d.ProbeInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
