@@ -100,6 +100,8 @@ func TestLoadMalformedValueNamesVariable(t *testing.T) {
 		{"WEBHOOK_RETRY_SCHEDULE", "1h,-1s", config.Needs{}, `WEBHOOK_RETRY_SCHEDULE="1h0m0s,-1s" item 2 (-1s) is negative`},
 		{"WEBHOOK_ALLOWED_CIDRS", "notacidr", config.Needs{}, "not a CIDR"},
 		{"WEBHOOK_CLAIM_LOOPS", "0", config.Needs{}, "between 1 and 64"},
+		{"WEBHOOK_BREAKER_AFTER", "-1", config.Needs{}, "0 (never) or more"},
+		{"WEBHOOK_BREAKER_PROBE_INTERVAL", "0s", config.Needs{}, "must be positive"},
 		{"WEBHOOK_CLAIM_BYTES", "0", config.Needs{}, "at least 1"},
 		{"WEBHOOK_ALLOWED_CIDRS", "10.0.0.0/8,300.1.1.1/8", config.Needs{}, "not a CIDR"},
 		{"WEBHOOK_ALLOW_HTTP", "maybe", config.Needs{}, "bool"},
