@@ -412,7 +412,8 @@ type Webhook struct {
 	// subscription. Default 5.
 	DisableAfter int `env:"WEBHOOK_DISABLE_AFTER" envDefault:"5"`
 	// WEBHOOK_BREAKER_AFTER: a subscription whose attempts failed on this
-	// many different streams in a row (no 2xx between) is probed: the slow
+	// many different streams in a row (no 2xx between), and that had no 2xx
+	// for WEBHOOK_BREAKER_PROBE_INTERVAL, is probed: the slow
 	// lane sends its due heads one at a time, at most one per
 	// WEBHOOK_BREAKER_PROBE_INTERVAL, until one succeeds; waiting behind a
 	// probe charges no attempt. 0: never. Default 10.

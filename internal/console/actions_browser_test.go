@@ -338,8 +338,11 @@ func TestConsoleActionsInBrowser(t *testing.T) {
 		b.t = t
 		want := f.outboxCount(t, "tinyb", "FAILED")
 		b.do(chromedp.Navigate(base+"/ui/outbox"), chromedp.WaitVisible(chromedp.ID("filters")),
-			chromedp.SendKeys(chromedp.CSS(`#filters input[name=error]`), "TOO LARGE"), chromedp.Submit(chromedp.CSS(`#filters input[name=error]`)),
-			chromedp.WaitVisible(chromedp.ID("replay-all")))
+			chromedp.SendKeys(chromedp.CSS(`#filters input[name=error]`), "TOO LARGE"), chromedp.Submit(chromedp.CSS(`#filters input[name=error]`)))
+		// The unfiltered page has a replay-all button too: wait for the
+		// filtered page before taking its button.
+		b.waitLoaded("error=TOO+LARGE")
+		b.do(chromedp.WaitVisible(chromedp.ID("replay-all")))
 		b.do(chromedp.Click(chromedp.ID("replay-all")), chromedp.WaitVisible(chromedp.ID("confirm-count")))
 		if got := b.text("#confirm-count"); got != strconv.FormatInt(want, 10) {
 			t.Fatalf("confirmation count = %q, want the %d FAILED rows of tinyb", got, want)

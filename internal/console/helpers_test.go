@@ -110,6 +110,28 @@ func (b *browser) waitText(sel, want string) {
 	})
 }
 
+// waitLoaded waits until the page the browser shows is a loaded document
+// whose address contains part: after a form's submit the old page stays in
+// place until the new one commits, and a wait for an element both pages
+// have would find the old page's, which the navigation then destroys.
+func (b *browser) waitLoaded(part string) {
+	b.t.Helper()
+	b.eventually(60*time.Second, func() string {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		// A page in the middle of its navigation may refuse the script: that
+		// is not yet loaded, not a failure.
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState + " " + location.href`))
+		if err != nil {
+			return fmt.Sprintf("page not readable yet: %v", err)
+		}
+		if !strings.HasPrefix(v, "complete ") || !strings.Contains(v, part) {
+			return fmt.Sprintf("page is %q, want a loaded page whose address contains %q", v, part)
+		}
+		return ""
+	})
+}
+
 // eventually polls cond every 200ms (each poll is a browser round trip)
 // until it returns "", giving up at once if the browser has gone.
 func (b *browser) eventually(timeout time.Duration, cond func() string) {

@@ -13,7 +13,8 @@ import (
 //
 // The rule. A subscription whose attempts in this deliverer failed on
 // BreakerAfter different streams in a row (no 2xx in between, the run
-// begun within breakerWindow) is **probing**: a claim takes at most one of
+// begun within breakerWindow) and that had no 2xx for ProbeInterval is
+// **probing**: a claim takes at most one of
 // its due heads, and only when nothing of it is delivering and ProbeInterval
 // has passed since its last probe was claimed. Its first 2xx closes the
 // breaker and every due head of it is claimable again at once.
@@ -31,6 +32,15 @@ import (
 // only by the time a head waits behind probes. One request per stream and
 // the order within a stream are the claim's, unchanged.
 //
+// Why ProbeInterval without a 2xx as well: an endpoint that fails some
+// attempts and accepts others (each event's first tries refused, its next
+// accepted) fails ten streams in a row whenever a wave of first tries goes
+// out together, and a breaker that opened on the count alone held it to one
+// probe a second, reopened at every wave after each release, while it was
+// accepting deliveries every second: a backlog such an endpoint works
+// through in seconds took minutes. An endpoint that accepts nothing is held
+// after its first BreakerAfter failing streams, as before.
+//
 // The failure it prevents: one endpoint answering 500 to everything with
 // 1,000 streams parked in the slow lane made 1,000 claims, requests and
 // outcome updates at the schedule's 0s and again at 5s, in bursts, on the
@@ -45,7 +55,8 @@ type breakers struct {
 	log      *slog.Logger
 
 	mu   sync.Mutex
-	subs map[string]*breaker
+	subs map[string]*breaker // every subscription that answered or failed here
+	open int                 // how many of subs are open: plan skips the map when none is
 }
 
 // breakerWindow: a run of failures that has not reached BreakerAfter
@@ -58,6 +69,7 @@ type breaker struct {
 	streams map[string]struct{} // the streams that failed in the run (until open)
 	open    bool
 	probed  time.Time // when its last probe was claimed
+	ok      time.Time // its last 2xx in this deliverer (zero: none yet)
 }
 
 func newBreakers(after int, interval time.Duration, log *slog.Logger) *breakers {
@@ -87,16 +99,18 @@ func (b *breakers) failed(c *store.Claim, now time.Time) {
 		asset = *c.AssetID
 	}
 	br.streams[asset] = struct{}{}
-	if len(br.streams) >= b.after {
+	if len(br.streams) >= b.after && now.Sub(br.ok) >= b.interval {
 		br.open, br.streams, br.probed = true, nil, now
+		b.open++
 		b.log.Warn("subscription's endpoint fails every stream: its due deliveries wait behind one probe at a time until one succeeds",
 			"subscription_id", c.SubscriptionID, "streams_failed", b.after, "probe_interval", b.interval)
 	}
 }
 
-// succeeded closes c's subscription's breaker, reporting whether it was
-// open (its waiting heads are claimable now: wake the claim loops).
-func (b *breakers) succeeded(sub string) bool {
+// succeeded closes sub's breaker and ends its run of failures, reporting
+// whether the breaker was open (its waiting heads are claimable now: wake
+// the claim loops).
+func (b *breakers) succeeded(sub string, now time.Time) bool {
 	if b.after <= 0 {
 		return false
 	}
@@ -104,13 +118,16 @@ func (b *breakers) succeeded(sub string) bool {
 	defer b.mu.Unlock()
 	br := b.subs[sub]
 	if br == nil {
+		b.subs[sub] = &breaker{ok: now}
 		return false
 	}
-	delete(b.subs, sub)
-	if br.open {
+	wasOpen := br.open
+	*br = breaker{ok: now}
+	if wasOpen {
+		b.open--
 		b.log.Info("subscription's probe succeeded: its deliveries flow again", "subscription_id", sub)
 	}
-	return br.open
+	return wasOpen
 }
 
 // plan is what the next claim may take of the open breakers' subscriptions:
@@ -123,6 +140,9 @@ func (b *breakers) plan(now time.Time) (held, probing []string, wait time.Durati
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.open == 0 {
+		return nil, nil, 0
+	}
 	for sub, br := range b.subs {
 		if !br.open {
 			continue

@@ -201,3 +201,62 @@ func TestBreakerStaysClosedForFewerFailingStreamsThanBreakerAfter(t *testing.T) 
 	good := b.insert(t, sub.ID, "good", 1, `{}`)
 	b.waitStatus(t, good, store.StatusDelivered)
 }
+
+// An endpoint that refuses each event's first attempt and accepts the next
+// is not failing every stream: a wave of first attempts fails on more than
+// BreakerAfter streams in a row, but the endpoint accepted a delivery within
+// ProbeInterval, so the breaker stays closed and every stream is delivered
+// at its schedule (here at once), not one probe per ProbeInterval (an hour).
+func TestBreakerStaysClosedForAnEndpointThatAcceptsSomeAttempts(t *testing.T) {
+	b := setup(t)
+	const streams = 20
+	var (
+		mu      sync.Mutex
+		seen    = map[string]int{}
+		refused int
+		wave    = make(chan struct{}) // closed once every stream's first attempt arrived
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var env struct {
+			ID      string  `json:"id"`
+			AssetID *string `json:"asset_id"`
+		}
+		_ = json.Unmarshal(body, &env)
+		mu.Lock()
+		seen[env.ID]++
+		first := seen[env.ID] == 1 && env.AssetID != nil && *env.AssetID != "warm"
+		if first {
+			if refused++; refused == streams {
+				close(wave)
+			}
+		}
+		mu.Unlock()
+		if !first {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		// The wave's refusals answer together, so they are failures in a
+		// row with no 2xx between them.
+		select {
+		case <-wave:
+		case <-time.After(waitLong):
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	sub := b.createSub(t, srv.URL)
+	b.runDeliverer(t, Config{RetrySchedule: []time.Duration{0, 0, 0}, MaxInFlightPerSubscription: 2 * streams,
+		BreakerAfter: 5, ProbeInterval: time.Hour})
+	warm := b.insert(t, sub.ID, "warm", 1, `{}`)
+	b.waitStatus(t, warm, store.StatusDelivered)
+	var ids []int64
+	for a := range streams {
+		ids = append(ids, b.insert(t, sub.ID, fmt.Sprintf("a%02d", a), 1, `{}`))
+	}
+	for _, id := range ids {
+		if d := b.waitStatus(t, id, store.StatusDelivered); d.Attempts != 2 {
+			t.Fatalf("delivery %d: delivered after %d attempts, want 2 (refused once, then accepted)", id, d.Attempts)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func (d *Deliverer) process(ctx, reqCtx context.Context, c store.Claim, results 
 		ResponseBody: truncateUTF8(res.body, maxResponseStored), TraceID: res.traceID,
 	}
 	if res.success() {
-		if d.breakers.succeeded(c.SubscriptionID) {
+		if d.breakers.succeeded(c.SubscriptionID, time.Now()) {
 			d.poke() // the heads that waited behind the probe are claimable
 		}
 		d.cfg.Metrics.Attempt(res.status, res.duration, store.StatusDelivered)

@@ -44,6 +44,13 @@ func (g *gate) serve() {
 	g.mu.Unlock()
 }
 
+// highest is the most requests the gate served at once.
+func (g *gate) highest() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
+}
+
 func (g *gate) resize(size int) {
 	g.mu.Lock()
 	g.size = size
@@ -83,7 +90,7 @@ func TestFastLaneLimitFollowsWhatTheEndpointServesAtOnce(t *testing.T) {
 	testkit.Eventually(t, 60*time.Second, func() string {
 		return testkit.Unless(limit() >= 64, "live limit %d with the endpoint serving everything at once again", limit())
 	})
-	t.Logf("live limit %+v, endpoint's peak %d", l.Stats(), g.peak)
+	t.Logf("live limit %+v, endpoint's peak %d", l.Stats(), g.highest())
 	w.waitAccepted(t, len(w.subs)*len(as)*40, 120*time.Second)
 	w.checkClean(t)
 	if st := l.Stats(); st.InFlightLimitHighest > 128 || st.HandedOver != 0 {
