@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -60,7 +61,10 @@ drain it, each next to a slow-lane deliverer. It adds the row writes per
 delivery to the bridge's tables over the drain (pg_stat_user_tables) and
 the deliveries handed to the slow lane; its live phase produces
 --live-events/--subscriptions records at --live-rate deliveries/s after the
-drain (latency: produce → received).
+drain (latency: produce → received). --member-processes runs each member
+as a ` + "`bridge deliver`" + ` process of its own (its own Go runtime, as a user runs
+replicas) instead of in the bench's process; the CPU per delivery is then
+reported for the members and for the bench's process (the receiver) apart.
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL,
@@ -91,6 +95,7 @@ allowed for the receiver.`,
 	delivered := c.Flags().Int("delivered", 0, "deliveries already delivered (one attempt each) in the table before the backlog, as retention keeps them")
 	engine := c.Flags().String("engine", "postgres", "postgres (every delivery a claimed row) or kafka (the fast lane)")
 	partitions := c.Flags().Int32("partitions", 12, "partitions of the bench topic (--engine kafka)")
+	processes := c.Flags().Bool("member-processes", false, "run the fast lane's members as `bridge deliver` processes of their own, as a user runs replicas, instead of in this process (--engine kafka)")
 	profile := c.Flags().String("profile", "", "path prefix: write this process's CPU profile (PREFIX.cpu) and allocations (PREFIX.allocs, base PREFIX.allocs.base) over the drain (--engine kafka)")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
@@ -125,6 +130,9 @@ allowed for the receiver.`,
 			fast = &deliverbench.FastLaneOptions{KafkaOpts: kopts, Partitions: *partitions,
 				InFlightLimit: cfg.Webhook.FastLaneInFlightLimit}
 		}
+		if *processes && *engine != "kafka" {
+			return UsageErrorf("--member-processes needs --engine kafka")
+		}
 		dc, err := delivery.ConfigFromEnv(cfg.Webhook)
 		if err != nil {
 			return err
@@ -149,6 +157,20 @@ allowed for the receiver.`,
 				drop()
 			}
 		}()
+		if *processes {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this binary to run the members: %w", err)
+			}
+			stderr := cmd.ErrOrStderr()
+			fast.DatabaseURL = withDatabaseName(cfg.Database.URL, pool.Config().ConnConfig.Database)
+			fast.Member = func(env []string) *exec.Cmd {
+				mc := exec.CommandContext(ctx, exe, "deliver")
+				mc.Env = append(os.Environ(), env...)
+				mc.Stdout, mc.Stderr = stderr, stderr
+				return mc
+			}
+		}
 		res, err := deliverbench.Run(ctx, pool, deliverbench.Options{
 			Subscriptions: *subs, Assets: *assets, Events: *events, LiveEvents: *live, LiveRate: *rate,
 			Deliverer: dc, Logger: logger, Replicas: *replicas,
@@ -196,6 +218,9 @@ allowed for the receiver.`,
 			{"isolations / requests cut", fmt.Sprintf("%d / %d", res.Isolations, res.RequestsCut)},
 		}
 		if res.Engine == "kafka" {
+			rows = append(rows, []string{"CPU per delivery: members' processes / machine / Kafka brokers (µs)",
+				fmt.Sprintf("%.0f / %.0f / %.0f (machine %.0f%% busy)", res.MembersCPUMicrosPerDelivery, res.MachineCPUMicrosPerDelivery,
+					res.KafkaCPUMicrosPerDelivery, 100*res.MachineBusyFraction)})
 			rows = append(rows, []string{"in-flight limit: members' sum over the drain (median, range); one member's range",
 				fmt.Sprintf("%s: %d (%d–%d); %d–%d", res.InFlightLimitMode, res.InFlightLimitSumMedian, res.InFlightLimitSumLowest,
 					res.InFlightLimitSumHighest, res.InFlightLimitMemberLowest, res.InFlightLimitMemberHighest)})

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,14 @@ type FastLaneOptions struct {
 	// InFlightLimit is each member's fastlane.Config.InFlightLimit
 	// (WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT); "" takes the lane's default.
 	InFlightLimit string
+	// Member, when set, runs each member as a process of its own: Member
+	// returns the `bridge deliver` command to start with env added to its
+	// environment (the scratch database at DatabaseURL, the bench's topic
+	// and group, WEBHOOK_FAST_LANE=true). Nil: the members run in this
+	// process, each with its own pool and Kafka client but one Go runtime
+	// (its scheduler and collector) for all of them and the receiver.
+	Member      func(env []string) *exec.Cmd
+	DatabaseURL string
 }
 
 // Result is what a run measured.
@@ -180,6 +189,47 @@ type Result struct {
 	InFlightLimitSumHighest    int64  `json:"in_flight_limit_sum_highest"`
 	InFlightLimitMemberLowest  int64  `json:"in_flight_limit_member_lowest"`
 	InFlightLimitMemberHighest int64  `json:"in_flight_limit_member_highest"`
+	// MemberProcesses (the fast lane): the members ran as `bridge deliver`
+	// processes of their own (FastLaneOptions.Member), and
+	// MembersCPUMicrosPerDelivery is their CPU per delivery over the drain;
+	// process_cpu_us_per_delivery is then this process's alone (the
+	// receiver, its server and the bench). The in-flight limits, member
+	// figures and services' counts below are the in-process members' only.
+	MemberProcesses             bool    `json:"member_processes"`
+	MembersCPUMicrosPerDelivery float64 `json:"members_cpu_us_per_delivery"`
+	// Where a drain's CPU goes beyond this process and PostgreSQL (the
+	// fast lane, over the drain): the whole machine's busy CPU per
+	// delivery and the share of its cores busy, and the CPU of the Kafka
+	// brokers on this machine (JVMs running kafka.Kafka, 0 when none is
+	// visible) per delivery.
+	MachineCPUMicrosPerDelivery float64 `json:"machine_cpu_us_per_delivery"`
+	MachineBusyFraction         float64 `json:"machine_busy_fraction"`
+	KafkaCPUMicrosPerDelivery   float64 `json:"kafka_cpu_us_per_delivery"`
+	// This process's Go runtime over the drain: garbage collections, the
+	// collector's CPU per delivery, the share of its Ps' time idle (of
+	// /cpu/classes/total: the runtime's estimate, brought up to date at
+	// each collection), the
+	// median and 99th percentile of how long a runnable goroutine waited
+	// for a P (runtime/metrics /sched/latencies, upper bucket bounds), and
+	// that histogram's samples per delivery (the runtime samples one
+	// goroutine transition in several: a relative count of hand-offs).
+	GCCycles                int64   `json:"gc_cycles"`
+	GCCPUMicrosPerDelivery  float64 `json:"gc_cpu_us_per_delivery"`
+	GoIdleFraction          float64 `json:"go_idle_fraction"`
+	SchedLatencyP50Micros   float64 `json:"sched_latency_p50_us"`
+	SchedLatencyP99Micros   float64 `json:"sched_latency_p99_us"`
+	SchedSamplesPerDelivery float64 `json:"sched_samples_per_delivery"`
+	// The members' own services over the drain (summed): polls that
+	// returned records, attempt-log appends and attempts per append,
+	// offset commits; and per member, its deliveries and when (from the
+	// backlog's commit) the last of them was seen (sampled every 50 ms):
+	// a member that ends well after the others drains alone at the end.
+	Polls                  int64     `json:"polls"`
+	AttemptLogFlushes      int64     `json:"attempt_log_flushes"`
+	AttemptLogRowsPerFlush float64   `json:"attempt_log_rows_per_flush"`
+	OffsetCommits          int64     `json:"offset_commits"`
+	MemberDeliveries       []int64   `json:"member_deliveries,omitempty"`
+	MemberDoneSeconds      []float64 `json:"member_done_seconds,omitempty"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.

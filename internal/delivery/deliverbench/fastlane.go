@@ -97,7 +97,18 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		pools = nil
 	}
 	defer closePools()
+	var procs *memberProcs
+	if o.Kafka.Member != nil {
+		res.MemberProcesses = true
+		if procs, err = startMembers(o, memberEnv(o, dc, topic, group, pool.Config().MaxConns), o.Replicas); err != nil {
+			return nil, err
+		}
+		defer procs.stop() //nolint:errcheck // stopped (and its error returned) after the drain
+	}
 	for r := range o.Replicas {
+		if procs != nil {
+			break
+		}
 		p, err := pgxpool.NewWithConfig(ctx, pool.Config().Copy())
 		if err != nil {
 			return nil, fmt.Errorf("replica pool: %w", err)
@@ -140,11 +151,28 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}
 	defer stop() //nolint:errcheck // stopped (and its error returned) after the drain
 	formed := time.Now()
-	if err := waitUntil(ctx, func() bool { return spread(lanes, int(parts)) }); err != nil {
-		return nil, fmt.Errorf("consumer group of %d members did not form: %w", len(lanes), err)
+	formedCheck := func() bool { return spread(lanes, int(parts)) }
+	var procErr error
+	if procs != nil {
+		last := time.Time{}
+		formedCheck = func() bool {
+			if procErr = procs.gone(); procErr != nil {
+				return true
+			}
+			if time.Since(last) < 100*time.Millisecond {
+				return false
+			}
+			last = time.Now()
+			ok, _ := groupSpread(ctx, adm, group, topic, o.Replicas, int(parts))
+			return ok
+		}
+	}
+	if err := waitUntil(ctx, formedCheck); err != nil || procErr != nil {
+		err = cmp.Or(procErr, err)
+		return nil, fmt.Errorf("consumer group of %d members did not form: %w", o.Replicas, err)
 	}
 	res.GroupFormSeconds = time.Since(formed).Seconds()
-	o.Logger.InfoContext(ctx, "consumer group formed", "members", len(lanes), "elapsed_seconds", res.GroupFormSeconds)
+	o.Logger.InfoContext(ctx, "consumer group formed", "members", o.Replicas, "elapsed_seconds", res.GroupFormSeconds)
 
 	// The backlog is produced in one transaction: the members read
 	// committed records only, so none of it is delivered before the commit
@@ -204,6 +232,15 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	dbName := pool.Config().ConnConfig.Database
 	pgBefore, pgOK := postgresCPU(dbName)
 	selfBefore := selfCPU()
+	var membersBefore time.Duration
+	membersOK := procs != nil
+	if procs != nil {
+		membersBefore, membersOK = procs.cpu()
+	}
+	busyBefore, allBefore, machineOK := machineCPU()
+	kafkaBefore, kafkaOK := brokerCPU()
+	goBefore := readGoRuntime()
+	statsBefore := laneStats(lanes)
 	prof, err := startProfile(o.Profile)
 	if err != nil {
 		return nil, err
@@ -217,9 +254,18 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, fmt.Errorf("commit the backlog's transaction: %w", err)
 	}
 	healthy := int64(records * (o.Subscriptions - unhealthy))
-	limits := watchLimits(lanes)
-	err = waitUntil(ctx, func() bool { return rc.backlog.Load() >= healthy })
+	limits := watchLimits(lanes, start)
+	err = waitUntil(ctx, func() bool {
+		if procs != nil {
+			if procErr = procs.gone(); procErr != nil {
+				return true
+			}
+		}
+		return rc.backlog.Load() >= healthy
+	})
+	err = cmp.Or(procErr, err)
 	limits.stop(res)
+	goAfter := readGoRuntime()
 	if err != nil {
 		heap.Stop()
 		_ = stop()
@@ -237,6 +283,23 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		res.PostgresCPUMicrosPerDelivery = float64((pgAfter - pgBefore).Microseconds()) / float64(res.Events)
 	}
 	res.ProcessCPUMicrosPerDelivery = float64((selfCPU() - selfBefore).Microseconds()) / float64(res.Events)
+	if membersAfter, ok := procs.cpu(); ok && membersOK {
+		res.MembersCPUMicrosPerDelivery = float64((membersAfter - membersBefore).Microseconds()) / float64(res.Events)
+	}
+	if busyAfter, allAfter, ok := machineCPU(); ok && machineOK && allAfter > allBefore {
+		res.MachineCPUMicrosPerDelivery = float64((busyAfter - busyBefore).Microseconds()) / float64(res.Events)
+		res.MachineBusyFraction = float64(busyAfter-busyBefore) / float64(allAfter-allBefore)
+	}
+	if kafkaAfter, ok := brokerCPU(); ok && kafkaOK {
+		res.KafkaCPUMicrosPerDelivery = float64((kafkaAfter - kafkaBefore).Microseconds()) / float64(res.Events)
+	}
+	goAfter.since(goBefore, res.Events, res)
+	statsAfter := laneStats(lanes)
+	res.Polls, res.AttemptLogFlushes = statsAfter.Polls-statsBefore.Polls, statsAfter.LogFlushes-statsBefore.LogFlushes
+	res.OffsetCommits = statsAfter.Commits - statsBefore.Commits
+	if res.AttemptLogFlushes > 0 {
+		res.AttemptLogRowsPerFlush = float64(statsAfter.LogRows-statsBefore.LogRows) / float64(res.AttemptLogFlushes)
+	}
 	if res.CeilingPerSecond > 0 {
 		res.CeilingFraction = res.DeliveriesPerSecond / res.CeilingPerSecond
 	}
@@ -254,6 +317,9 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, err
 	}
 	if err := stop(); err != nil {
+		return nil, err
+	}
+	if err := procs.stop(); err != nil {
 		return nil, err
 	}
 	for _, l := range lanes {
@@ -338,29 +404,60 @@ func spread(lanes []*fastlane.Lane, parts int) bool {
 	return total == parts && hi-lo <= 1
 }
 
-// limitWatch samples the sum of the members' live in-flight limits.
-type limitWatch struct {
-	done chan struct{}
-	sums chan []int64
+// laneStats sums the lanes' Stats.
+func laneStats(lanes []*fastlane.Lane) fastlane.Stats {
+	var sum fastlane.Stats
+	for _, l := range lanes {
+		st := l.Stats()
+		sum.Polls += st.Polls
+		sum.LogFlushes += st.LogFlushes
+		sum.LogRows += st.LogRows
+		sum.Commits += st.Commits
+	}
+	return sum
 }
 
-// watchLimits samples the sum of the lanes' live limits every 50 ms until
-// stop.
-func watchLimits(lanes []*fastlane.Lane) *limitWatch {
-	w := &limitWatch{done: make(chan struct{}), sums: make(chan []int64, 1)}
+// limitWatch samples the sum of the members' live in-flight limits and
+// each member's deliveries.
+type limitWatch struct {
+	done chan struct{}
+	out  chan limitSamples
+}
+
+type limitSamples struct {
+	sums []int64
+	// delivered: each member's deliveries since the start at its last
+	// sample; last: when they last grew, from the start.
+	delivered []int64
+	last      []time.Duration
+}
+
+// watchLimits samples the lanes every 50 ms until stop; the members'
+// deliveries count from start.
+func watchLimits(lanes []*fastlane.Lane, start time.Time) *limitWatch {
+	w := &limitWatch{done: make(chan struct{}), out: make(chan limitSamples, 1)}
+	base := make([]int64, len(lanes))
+	for i, l := range lanes {
+		base[i] = l.Stats().Delivered
+	}
 	go func() {
-		var sums []int64
+		ls := limitSamples{delivered: make([]int64, len(lanes)), last: make([]time.Duration, len(lanes))}
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
 			var sum int64
-			for _, l := range lanes {
-				sum += l.Stats().InFlightLimit
+			now := time.Since(start)
+			for i, l := range lanes {
+				st := l.Stats()
+				sum += st.InFlightLimit
+				if d := st.Delivered - base[i]; d > ls.delivered[i] {
+					ls.delivered[i], ls.last[i] = d, now
+				}
 			}
-			sums = append(sums, sum)
+			ls.sums = append(ls.sums, sum)
 			select {
 			case <-w.done:
-				w.sums <- sums
+				w.out <- ls
 				return
 			case <-t.C:
 			}
@@ -369,11 +466,17 @@ func watchLimits(lanes []*fastlane.Lane) *limitWatch {
 	return w
 }
 
-// stop ends the sampling and puts its median, lowest and highest sum in res.
+// stop ends the sampling and puts its median, lowest and highest sum and
+// the members' deliveries in res.
 func (w *limitWatch) stop(res *Result) {
 	close(w.done)
-	sums := <-w.sums
+	ls := <-w.out
+	sums := ls.sums
 	slices.Sort(sums)
 	res.InFlightLimitSumMedian = sums[len(sums)/2]
 	res.InFlightLimitSumLowest, res.InFlightLimitSumHighest = sums[0], sums[len(sums)-1]
+	res.MemberDeliveries = ls.delivered
+	for _, d := range ls.last {
+		res.MemberDoneSeconds = append(res.MemberDoneSeconds, d.Seconds())
+	}
 }

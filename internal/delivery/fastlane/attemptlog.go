@@ -69,6 +69,8 @@ func (l *Lane) flushLog(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	err := l.store.LogFastAttempts(wctx, as, forgive)
+	l.stats.logFlushes.Add(1)
+	l.stats.logRows.Add(int64(len(as)))
 	clear(as) // no strings kept alive by the spare buffer
 	l.mu.Lock()
 	if l.spareAttempts == nil {

@@ -37,6 +37,9 @@ func (l *Lane) poll(ctx context.Context) {
 			l.log.WarnContext(ctx, "fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
 		recs := fetches.Records()
+		if len(recs) > 0 {
+			l.stats.polls.Add(1)
+		}
 		decoded, ok := l.decode(ctx, recs)
 		if !ok {
 			l.client.AllowRebalance()

@@ -94,6 +94,9 @@ type counters struct {
 	records, delivered, failed, handedOver, duplicates, unparked atomic.Int64
 	isolations, cut                                              atomic.Int64
 	limit, limitLowest, limitHighest                             atomic.Int64
+	// What the member's own services did: polls that returned records,
+	// attempt-log flushes and their rows, offset commits.
+	polls, logFlushes, logRows, commits atomic.Int64
 }
 
 type topicPartition struct {

@@ -23,6 +23,7 @@ func (l *Lane) commit(ctx context.Context) error {
 		return nil
 	}
 	var cerr error
+	l.stats.commits.Add(1)
 	l.client.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) { cerr = err })
 	return cerr
 }

@@ -26,6 +26,11 @@ type Stats struct {
 	// Config.InFlightLimit is fixed); InFlightLimitLowest and
 	// InFlightLimitHighest its range since the lane started.
 	InFlightLimit, InFlightLimitLowest, InFlightLimitHighest int64
+	// Polls: polls that returned records; LogFlushes and LogRows: the
+	// attempt log's appends and the attempts they wrote; Commits: offset
+	// commits sent. Each member pays these for itself: what a group of
+	// members costs beyond one member's work.
+	Polls, LogFlushes, LogRows, Commits int64
 }
 
 // Stats returns the lane's figures so far.
@@ -36,6 +41,8 @@ func (l *Lane) Stats() Stats {
 		Isolations: l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
 		InFlightLimit: l.stats.limit.Load(), InFlightLimitLowest: l.stats.limitLowest.Load(),
 		InFlightLimitHighest: l.stats.limitHighest.Load(),
+		Polls:                l.stats.polls.Load(), LogFlushes: l.stats.logFlushes.Load(), LogRows: l.stats.logRows.Load(),
+		Commits: l.stats.commits.Load(),
 	}
 }
 
