@@ -209,6 +209,15 @@ func New(pool *pgxpool.Pool, kafkaOpts []kgo.Opt, cfg Config) (*Lane, error) {
 // flight ShutdownGrace, commits what is settled and leaves the group.
 func (l *Lane) Run(ctx context.Context) error {
 	defer l.http.CloseIdleConnections()
+	// The park markers are written from here on, by every writer of
+	// bridge.deliveries; the streams with open rows are parked before the
+	// first read of the markers.
+	if n, err := l.store.EnableParks(ctx); err != nil {
+		l.client.Close()
+		return err
+	} else if n > 0 {
+		l.log.InfoContext(ctx, "park markers turned on", "parked_streams", n)
+	}
 	if err := l.refresh(ctx); err != nil {
 		l.client.Close()
 		return err

@@ -92,6 +92,10 @@ func TestRecoverReadsTheWindowFromKafkaInAssetOrder(t *testing.T) {
 	filter := contract.Filter{Enabled: true, EventTypes: sub.EventTypes, Topic: sub.Topic}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The fast lane has started: the markers are on.
+	if _, err := store.NewDeliveryStore(db.Pool).EnableParks(ctx); err != nil {
+		t.Fatal(err)
+	}
 	res, err := Recover(ctx, db.Pool, opts, nil, sub.ID, filter, []string{topic}, store.Window{Since: since, Until: &until})
 	if err != nil {
 		t.Fatalf("recover: %v", err)

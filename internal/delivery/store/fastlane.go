@@ -313,6 +313,65 @@ func (s *DeliveryStore) SweepParks(ctx context.Context, limit int) (int, error) 
 	return int(tag.RowsAffected()), nil
 }
 
+// Until the fast lane first starts, no writer of bridge.deliveries writes a
+// park marker (migrations/00300_delivery_parks_gate.sql): the markers serve
+// the fast lane only, and on the default path they cost a marker write, a
+// row lock and a delete per delivery. EnableParks turns them on, once and
+// for good: under the gate's exclusive advisory lock (every writer that
+// read the gate off holds it shared to COMMIT) it sets the gate and parks
+// every stream that has an open row. The park runs after the lock, so its
+// snapshot sees every row written without a marker; a writer that comes
+// after reads the gate on. Called at the fast lane's start, before it reads
+// any marker.
+const (
+	parksGateSQL       = `SELECT parks_since IS NOT NULL FROM bridge.delivery_parks_gate`
+	parksGateLockSQL   = `SELECT pg_advisory_xact_lock(x'6F500000'::int, 1)`
+	parksGateOpenSQL   = `UPDATE bridge.delivery_parks_gate SET parks_since = now() WHERE parks_since IS NULL`
+	parkOpenStreamsSQL = `
+INSERT INTO bridge.delivery_parks (subscription_id, asset_key, topic)
+SELECT d.subscription_id, coalesce(d.asset_id, ''), min(d.topic)
+FROM bridge.deliveries d
+WHERE d.status IN ('pending', 'delivering')
+GROUP BY 1, 2
+ORDER BY 1, 2
+ON CONFLICT DO NOTHING`
+)
+
+// EnableParks turns the park markers on (the rule is above parksGateSQL) and reports how
+// many streams it parked; 0 when they were on already.
+func (s *DeliveryStore) EnableParks(ctx context.Context) (int, error) {
+	var on bool
+	if err := s.db.QueryRow(ctx, parksGateSQL).Scan(&on); err != nil {
+		return 0, fmt.Errorf("read the park markers' gate: %w", err)
+	}
+	if on {
+		return 0, nil
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("turn the park markers on: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, parksGateLockSQL); err != nil {
+		return 0, fmt.Errorf("turn the park markers on: lock: %w", err)
+	}
+	tag, err := tx.Exec(ctx, parksGateOpenSQL)
+	if err != nil {
+		return 0, fmt.Errorf("turn the park markers on: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, nil // another member did it first
+	}
+	tag, err = tx.Exec(ctx, parkOpenStreamsSQL)
+	if err != nil {
+		return 0, fmt.Errorf("turn the park markers on: park the open streams: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("turn the park markers on: commit: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // FastAttempt is one HTTP attempt of the fast lane. Never the payload.
 type FastAttempt struct {
 	SubscriptionID string

@@ -29,6 +29,9 @@ func parked(sub, asset string, n int64) Parked {
 func TestParkMarkerHandOverNeverLosesARowBehindIt(t *testing.T) {
 	b, ctx := setup(t)
 	sub := b.createSub(t, "https://example.com/hook")
+	if _, err := b.store.EnableParks(ctx); err != nil { // the fast lane's start
+		t.Fatal(err)
+	}
 	key := Stream{SubscriptionID: sub.ID, AssetKey: "x"}
 	marker := Marker{Stream: key, Topic: "assets", Partition: 3, Offset: 41}
 	if _, err := b.store.HandOver(ctx, []Marker{marker}, nil, []Parked{parked(sub.ID, "x", 1)}); err != nil {
@@ -109,6 +112,9 @@ VALUES ($1, 'evt-x-2', 'asset.updated', 'assets', 'x', 2, '{}', now())`, sub.ID)
 func TestSweepParksDeletesOnlyEmptyMarkers(t *testing.T) {
 	b, ctx := setup(t)
 	sub := b.createSub(t, "https://example.com/hook")
+	if _, err := b.store.EnableParks(ctx); err != nil { // the fast lane's start
+		t.Fatal(err)
+	}
 	b.insert(t, sub.ID, "kept", 1, `{}`)
 	if _, err := b.pool.Exec(ctx, `INSERT INTO bridge.delivery_parks (subscription_id, asset_key, topic) VALUES ($1, 'empty', 'assets')`, sub.ID); err != nil {
 		t.Fatal(err)
