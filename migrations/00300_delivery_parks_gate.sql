@@ -18,7 +18,7 @@
 --
 -- The switch-on is race-free against those writers: each one that reads the
 -- gate off takes the shared transaction-level advisory lock
--- (x'6F500000', 1) and reads the gate again before writing nothing; the
+-- 7411008 and reads the gate again before writing nothing; the
 -- switch-on takes the same lock exclusively, sets the gate and parks every
 -- stream that has an open row, in one transaction. So it waits for every
 -- writer that skipped its marker to commit (or roll back) and its snapshot,
@@ -53,7 +53,7 @@ BEGIN
   IF (SELECT g.parks_since IS NOT NULL FROM bridge.delivery_parks_gate g) THEN
     RETURN true;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(x'6F500000'::int, 1);
+  PERFORM pg_advisory_xact_lock_shared(7411008);
   RETURN (SELECT g.parks_since IS NOT NULL FROM bridge.delivery_parks_gate g);
 END
 $fn$;

@@ -28,6 +28,7 @@ var tableOwners = map[string]string{
 	"relay_members":        "internal/relay",
 	"audit_log":            "internal/audit",
 	"delivery_parks":       "internal/delivery/store",
+	"delivery_parks_gate":  "internal/delivery/store",
 	"webhook_attempts":     "internal/delivery/store",
 }
 

@@ -325,7 +325,7 @@ func (s *DeliveryStore) SweepParks(ctx context.Context, limit int) (int, error) 
 // any marker.
 const (
 	parksGateSQL       = `SELECT parks_since IS NOT NULL FROM bridge.delivery_parks_gate`
-	parksGateLockSQL   = `SELECT pg_advisory_xact_lock(x'6F500000'::int, 1)`
+	parksGateLockSQL   = `SELECT pg_advisory_xact_lock(7411008)`
 	parksGateOpenSQL   = `UPDATE bridge.delivery_parks_gate SET parks_since = now() WHERE parks_since IS NULL`
 	parkOpenStreamsSQL = `
 INSERT INTO bridge.delivery_parks (subscription_id, asset_key, topic)

@@ -100,7 +100,7 @@ VALUES ($1, 'evt-inserted-1', 'asset.updated', 'assets', 'inserted', 1, '{}', no
 	for {
 		var waiting bool
 		if err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND classid = x'6F500000'::int::oid AND objid = 1)`).Scan(&waiting); err != nil {
+			AND classid = 0 AND objid = 7411008 AND objsubid = 1)`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {
