@@ -337,8 +337,8 @@ ORDER BY 1, 2
 ON CONFLICT DO NOTHING`
 )
 
-// EnableParks turns the park markers on (the rule is above parksGateSQL) and reports how
-// many streams it parked; 0 when they were on already.
+// EnableParks turns the park markers on (the rule is above parksGateSQL)
+// and reports how many streams it parked; 0 when they were on already.
 func (s *DeliveryStore) EnableParks(ctx context.Context) (int, error) {
 	var on bool
 	if err := s.db.QueryRow(ctx, parksGateSQL).Scan(&on); err != nil {
