@@ -190,6 +190,11 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 		}
 	})
 	for ps, iso := range slow {
+		if iso.cut {
+			// Its endpoint is slow: the slow lane has it at its cap for
+			// seconds a request (see deferHandOver).
+			l.paceHandOvers(ps.sub, now.Add(l.cfg.IsolationPeriod))
+		}
 		l.isolate(ctx, ps.p, ps.sub, now, iso)
 	}
 	return nil
@@ -245,20 +250,11 @@ const failingAfter = 10
 // streams this long after its first failure starts again.
 const failingWindow = 10 * time.Second
 
-// failRun is a subscription's failed heads since its last 2xx, and its
-// isolation for a failing endpoint.
+// failRun is a subscription's failed heads since its last 2xx.
 type failRun struct {
 	since   time.Time
 	streams map[string]struct{}
-	// until: isolated for a failing endpoint until then; handed: its last
-	// hand-over meanwhile (see deferHandOver).
-	until, handed time.Time
 }
-
-// failingHandOverEvery: a subscription isolated for a failing endpoint has
-// its deliveries appended behind its parked streams at most this often
-// (see deferHandOver).
-const failingHandOverEvery = time.Second
 
 // headFailed counts s's failed head (s is parked by it). Once failingAfter
 // different streams of the subscription have failed in a row, its
@@ -292,7 +288,8 @@ func (l *Lane) headFailed(s *stream, now time.Time) {
 	if len(r.streams) < min(failingAfter, l.subCap()) {
 		return
 	}
-	r.streams, r.until = nil, now.Add(l.cfg.IsolationPeriod)
+	r.streams = nil
+	l.paceHandOvers(sub, now.Add(l.cfg.IsolationPeriod))
 	for _, p := range l.parts {
 		if !p.revoked && p.isolated[sub].Before(now) {
 			l.isolate(context.Background(), p, sub, now, isolation{why: "its heads failed on different streams in a row: the endpoint fails"})
@@ -304,25 +301,5 @@ func (l *Lane) headFailed(s *stream, now time.Time) {
 func (l *Lane) headSucceeded(sub string) {
 	if len(l.failing) > 0 {
 		delete(l.failing, sub)
-	}
-}
-
-// deferHandOver reports whether s's appends wait for a later hand-over: its
-// subscription is isolated for a failing endpoint and had a hand-over less
-// than failingHandOverEvery ago. Its slow lane is probing the endpoint (one
-// request a second at most), so what HandOverInterval buys a parked stream
-// — its next delivery claimable soon — buys nothing, while each hand-over
-// is a transaction and a claim its NOTIFY wakes in every claim loop: ten a
-// second for a subscription whose endpoint answers nothing but 500. The
-// deliveries wait in memory meanwhile, unsettled. l.mu held.
-func (l *Lane) deferHandOver(s *stream, now time.Time) bool {
-	r := l.failing[s.key.sub]
-	return s.park == nil && r != nil && r.until.After(now) && now.Sub(r.handed) < failingHandOverEvery
-}
-
-// handedOver notes a hand-over of sub (see deferHandOver). l.mu held.
-func (l *Lane) handedOver(sub string, now time.Time) {
-	if r := l.failing[sub]; r != nil && r.until.After(now) {
-		r.handed = now
 	}
 }

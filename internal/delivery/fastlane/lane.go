@@ -79,6 +79,9 @@ type Lane struct {
 	slowStreams map[string]int
 	// failing: each subscription's run of failed heads (see headFailed).
 	failing map[string]*failRun
+	// endpoints: what the lane knows of each subscription's endpoint being
+	// slow or isolated (see slowendpoint.go).
+	endpoints map[string]*endpointState
 
 	stats counters
 	// lim is the live limit on requests in flight; active counts the

@@ -187,7 +187,8 @@ func (lim *limiter) overdueAfter() time.Duration {
 }
 
 // tickLimit uncounts the requests in flight past overdueAfter and wakes
-// the workers they make room for. Run every limitWindow/2 with the
+// the workers they make room for; their subscriptions' next requests may
+// start uncounted (see sendsUncounted). Run every limitWindow/2 with the
 // isolation-style services.
 func (l *Lane) tickLimit() {
 	l.mu.Lock()
@@ -198,7 +199,11 @@ func (l *Lane) tickLimit() {
 	}
 	now := time.Now()
 	for s := range l.sending {
-		if !s.overdue && now.Sub(s.sentAt) > after {
+		if s.late || now.Sub(s.sentAt) <= after {
+			continue
+		}
+		l.wentLate(s)
+		if !s.overdue {
 			s.overdue = true
 			l.active--
 			l.work.Signal()

@@ -47,11 +47,14 @@ type stream struct {
 	fast    []*item
 	sending bool
 	sentAt  time.Time // when the head in flight was sent
-	// overdue: the head in flight no longer counts against the live limit
-	// (see tickLimit).
+	// overdue: the head in flight does not count against the live limit
+	// (see tickLimit, sendsUncounted).
 	overdue bool
 	queued  bool // in ready or in its subscription's waiting list
 	parked  bool
+
+	// late: the head has been in flight past overdueAfter (see wentLate).
+	late bool
 	// handing: a hand-over of this stream is being written; toPG collects
 	// what arrives meanwhile.
 	handing bool
@@ -173,8 +176,10 @@ func (l *Lane) worker(reqCtx context.Context) {
 		}
 		s.sending = true
 		s.sentAt = time.Now()
-		s.overdue = false
-		l.active++
+		s.overdue = l.sendsUncounted(s.key.sub)
+		if !s.overdue {
+			l.active++
+		}
 		l.sending[s] = struct{}{}
 		it := s.fast[0]
 		rt := l.route(it.sub)
@@ -196,6 +201,7 @@ func (l *Lane) worker(reqCtx context.Context) {
 		} else {
 			l.active--
 		}
+		l.requestEnded(s, res)
 		if res.Success && rt != nil && !s.cut {
 			l.sampleLimit(it.sub, res.Outcome.Duration)
 		}
