@@ -31,7 +31,7 @@ loopback receiver, and N pending deliveries spread over K assets per
 subscription. It then runs the Deliverer and reports:
 
   - the drain rate of that backlog (deliveries/s) and the peak Go heap while
-    it is pending (sampled with runtime.ReadMemStats every 20ms);
+    it is pending (sampled from runtime/metrics every 20ms);
   - p50/p99 latency from insert to the receiver, for --live-events inserted at
     --live-rate while the deliverer runs;
   - order violations per (subscription, asset) as the receiver saw them
