@@ -215,21 +215,23 @@ func (l *Lane) Run(ctx context.Context) error {
 	// The park markers are written from here on, by every writer of
 	// bridge.deliveries; the streams with open rows are parked before the
 	// first read of the markers.
+	// A stop during these start steps (SIGTERM right after start) is a
+	// clean stop: nothing was read yet, so nothing is left unsettled.
 	if n, err := l.store.EnableParks(ctx); err != nil {
 		l.client.Close()
-		return err
+		return stoppedOr(ctx, err)
 	} else if n > 0 {
 		l.log.InfoContext(ctx, "park markers turned on", "parked_streams", n)
 	}
 	if err := l.refresh(ctx); err != nil {
 		l.client.Close()
-		return err
+		return stoppedOr(ctx, err)
 	}
 	// The attempt log's partition for today must exist before the first
 	// flush.
 	if err := l.maintainPartitions(ctx); err != nil {
 		l.client.Close()
-		return err
+		return stoppedOr(ctx, err)
 	}
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
@@ -270,12 +272,17 @@ func (l *Lane) Run(ctx context.Context) error {
 	l.stopping = true
 	l.work.Broadcast()
 	l.mu.Unlock()
+	deadline := time.Now().Add(l.cfg.ShutdownGrace)
 	grace := time.AfterFunc(l.cfg.ShutdownGrace, cancelReqs)
 	workers.Wait()
 	grace.Stop()
-	// A hand-over being written finishes (or, PostgreSQL unreachable, is
-	// abandoned unsettled after 30s: its records are read again).
-	abandon := time.AfterFunc(30*time.Second, stopBG)
+	// A hand-over being written finishes within the same grace (at least
+	// handOverStopGrace, which one insert on a healthy database needs);
+	// one retrying against a failing PostgreSQL is then abandoned
+	// unsettled, and its records are read again by the partition's next
+	// owner. The orchestrator's SIGKILL comes WEBHOOK_SHUTDOWN_GRACE after
+	// SIGTERM plus its margin, not after a hand-over's retries.
+	abandon := time.AfterFunc(max(time.Until(deadline), handOverStopGrace), stopBG)
 	l.mu.Lock()
 	for l.handing > 0 {
 		l.waitIdle()
@@ -349,4 +356,16 @@ func (l *Lane) refresh(ctx context.Context) error {
 	}
 	l.countSlowStreams(parked)
 	return nil
+}
+
+// handOverStopGrace is the least time a hand-over being written at shutdown
+// gets, whatever is left of WEBHOOK_SHUTDOWN_GRACE.
+const handOverStopGrace = time.Second
+
+// stoppedOr is nil when ctx has ended (the member was stopped), else err.
+func stoppedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
