@@ -60,10 +60,12 @@ The receiver keeps per (subscription, asset) only the last asset_seq and a
 hash of each acknowledged webhook-id, so this process's memory does not grow
 with a long run; --exact-receiver keeps the per-event maps instead.
 
---fast-lane runs the bridge with WEBHOOK_FAST_LANE=true: ` + "`bridge run`" + ` is then
-relay + deliver, and deliveries go out from the topic; only streams handed to
-the slow lane become rows, so the consumer's lag and the stage split count
-only those (json: engine, handed_over_to_slow_lane).
+--fast-lane (the default, as WEBHOOK_FAST_LANE is) runs the bridge with
+WEBHOOK_FAST_LANE=true: ` + "`bridge run`" + ` is then relay + deliver, and deliveries go
+out from the topic; only streams handed to the slow lane become rows, so the
+consumer's lag and the stage split count only those (json: engine,
+handed_over_to_slow_lane). --fast-lane=false runs the row engine (relay,
+consume, deliver; every delivery a row).
 
 RELAY_*, CONSUMER_* and WEBHOOK_* settings reach the bridge process as they
 are set; DATABASE_URL, CONSUMER_TOPICS, CONSUMER_GROUP, HTTP_ADDR,
@@ -71,7 +73,8 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 		Example: `  KAFKA_BROKERS=127.0.0.1:9092 DATABASE_URL=postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable \
   bridge bench pipeline
   bridge bench pipeline --rate 1000 --subscriptions 3 --duration 2m -o json
-  bridge bench pipeline --fast-lane --partitions 12`,
+  bridge bench pipeline --partitions 12
+  bridge bench pipeline --fast-lane=false`,
 		Args: cobra.NoArgs,
 	}
 	rate := c.Flags().Int("rate", 1000, "offered events/s")
@@ -85,7 +88,7 @@ WEBHOOK_ALLOWED_CIDRS and WEBHOOK_FAST_LANE are the run's own.`,
 	drain := c.Flags().Duration("drain-timeout", 2*time.Minute, "after the load, how long to wait for every webhook")
 	conns := c.Flags().Int32("db-conns", 10, "PostgreSQL pool size of the writers")
 	exact := c.Flags().Bool("exact-receiver", false, "keep the per-event bookkeeping for the whole run (a map entry per webhook in the receiver, every event's commit time): this process's memory then grows with the run")
-	fastLane := c.Flags().Bool("fast-lane", false, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane")
+	fastLane := c.Flags().Bool("fast-lane", true, "run the bridge with WEBHOOK_FAST_LANE=true: deliveries go out from the topic, rows only for streams handed to the slow lane; false: the row engine")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *rate < 1 || *subs < 1 || *duration < time.Second || *writers < 1 || *txEvents < 1 || *assets < 1 || *partitions < 1 || *drain <= 0 || *conns < 2 || *warmUp < 0 {
 			return UsageErrorf("--rate, --subscriptions, --writers, --tx-events, --assets and --partitions must be at least 1, --duration at least 1s, --drain-timeout positive, --db-conns at least 2, --warm-up not negative")

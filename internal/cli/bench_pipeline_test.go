@@ -12,7 +12,8 @@ import (
 )
 
 // TestBenchPipelineEndToEnd runs `bridge bench pipeline` for 3 s at 100
-// events/s × 2 subscriptions against the real broker: the bridge process
+// events/s × 2 subscriptions against the real broker, on the row engine
+// (--fast-lane=false: relay, consume, deliver): the bridge process
 // starts, every event reaches every subscription in order with a verified
 // signature, and the JSON reports the latency, stage rates and memory.
 // Cost: about 10–15 s (scratch database, consumer group join, the run).
@@ -22,7 +23,7 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	// No BRIDGE_SECRET_KEYS and no BRIDGE_ALLOW_PLAINTEXT_SECRETS: the
 	// bench's scratch bridge must start on what a user's shell has.
 	r := bridge(t, map[string]string{"DATABASE_URL": pgtest.AdminURL(), "KAFKA_BROKERS": strings.Join(brokers, ",")},
-		"bench", "pipeline", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--warm-up", "0", "--writers", "2", "--assets", "20", "-o", "json")
+		"bench", "pipeline", "--fast-lane=false", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--warm-up", "0", "--writers", "2", "--assets", "20", "-o", "json")
 	// Exit 1 with "offered rate not reached" is the bench saying a run on
 	// a loaded machine does not count as a measurement (CI runs many tests
 	// at once: 95 of 100 events/s once); what this test checks, that every
@@ -82,13 +83,14 @@ func TestBenchPipelineEndToEnd(t *testing.T) {
 	}
 }
 
-// With --fast-lane the bridge delivers from the topic: every event reaches
-// every subscription in order, and no delivery becomes a row.
+// By default (--fast-lane, as WEBHOOK_FAST_LANE) the bridge delivers from the
+// topic: every event reaches every subscription in order, and no delivery
+// becomes a row.
 func TestBenchPipelineFastLane(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.RealBrokers(t)
 	r := bridge(t, map[string]string{"DATABASE_URL": pgtest.AdminURL(), "KAFKA_BROKERS": strings.Join(brokers, ",")},
-		"bench", "pipeline", "--fast-lane", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--warm-up", "2s", "--writers", "2", "--assets", "20", "-o", "json")
+		"bench", "pipeline", "--rate", "100", "--subscriptions", "2", "--duration", "3s", "--warm-up", "2s", "--writers", "2", "--assets", "20", "-o", "json")
 	shortOfRate := r.code == 1 && strings.Contains(r.stderr, "offered rate not reached")
 	if r.code != 0 && !shortOfRate {
 		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)

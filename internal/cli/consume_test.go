@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,7 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 			t.Setenv("DATABASE_URL", "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable")
 			t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
 			t.Setenv("CONSUMER_TOPICS", tc.topics)
+			t.Setenv("WEBHOOK_FAST_LANE", "false")
 			var stdout, stderr bytes.Buffer
 			if code := Execute([]string{"consume"}, &stdout, &stderr); code != ExitUsage {
 				t.Fatalf("exit %d (stderr %q), want %d", code, stderr.String(), ExitUsage)
@@ -33,19 +35,29 @@ func TestConsumeRefusesBadTopicsWithExitTwo(t *testing.T) {
 	}
 }
 
-// With the fast lane on, `bridge deliver` reads the topics; `bridge consume`
-// refuses at once, naming the variable, and `bridge deliver` refuses to run
-// without the topics it now reads.
+// With the fast lane on (the default), `bridge deliver` reads the topics;
+// `bridge consume` refuses at once, naming the variable and the way back to
+// the row engine, and `bridge deliver` refuses to run without the brokers
+// and topics it now reads — what an installation upgraded from the row
+// engine meets first.
 func TestFastLaneSettingsAreCheckedBeforeConnecting(t *testing.T) {
-	for name, tc := range map[string]struct{ cmd, topics, want string }{
-		"consume":                {"consume", "assets", "WEBHOOK_FAST_LANE"},
-		"deliver without topics": {"deliver", "", "CONSUMER_TOPICS is required"},
+	for name, tc := range map[string]struct{ cmd, brokers, topics, fastLane, want string }{
+		"consume":                 {"consume", "127.0.0.1:1", "assets", "", "WEBHOOK_FAST_LANE=\"true\" (the default) makes `bridge deliver` read CONSUMER_TOPICS itself"},
+		"consume explicitly":      {"consume", "127.0.0.1:1", "assets", "true", "or set WEBHOOK_FAST_LANE=false to keep the row engine"},
+		"deliver without topics":  {"deliver", "127.0.0.1:1", "", "", "CONSUMER_TOPICS is required by `bridge deliver` with WEBHOOK_FAST_LANE (the default)"},
+		"deliver without brokers": {"deliver", "", "assets", "true", "KAFKA_BROKERS is required by `bridge deliver` with WEBHOOK_FAST_LANE"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("DATABASE_URL", "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable")
-			t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+			t.Setenv("KAFKA_BROKERS", tc.brokers)
 			t.Setenv("CONSUMER_TOPICS", tc.topics)
-			t.Setenv("WEBHOOK_FAST_LANE", "true")
+			// Unset for the default; t.Setenv restores the caller's value.
+			t.Setenv("WEBHOOK_FAST_LANE", tc.fastLane)
+			if tc.fastLane == "" {
+				if err := os.Unsetenv("WEBHOOK_FAST_LANE"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			t.Setenv("BRIDGE_ALLOW_PLAINTEXT_SECRETS", "true")
 			var stdout, stderr bytes.Buffer
 			if code := Execute([]string{tc.cmd}, &stdout, &stderr); code != ExitUsage {

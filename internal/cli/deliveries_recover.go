@@ -19,12 +19,6 @@ func recoverSource(cfg *config.Config) (*kafkawindow.Source, error) {
 	if !cfg.Webhook.FastLane {
 		return nil, nil
 	}
-	if err := cfg.Kafka.Validate(true); err != nil {
-		return nil, err
-	}
-	if err := cfg.Consumer.Validate(true); err != nil {
-		return nil, err
-	}
 	values, err := valueDecoder(cfg)
 	if err != nil {
 		return nil, err

@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
+// A row-engine installation (WEBHOOK_FAST_LANE=false): every delivery is a
+// row, and recover reads bridge.deliveries only.
 func TestDeliveriesRecoverRevivesOnlyTheWindowAndRefusesBadInput(t *testing.T) {
 	db, ctx := webhookCLIEnv(t)
+	t.Setenv("WEBHOOK_FAST_LANE", "false")
 	sub, other := insertSubscription(t, db), insertSubscription(t, db)
 	base := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
 	insert := func(sub string, n int, status string, created time.Time) int64 {
@@ -100,5 +103,31 @@ VALUES ($1::uuid, 'evt-' || $2::bigint || '-' || $1::text, 'asset.updated', 'ass
 	out = mustRunBridge(t, "deliveries", "recover", "--subscription", sub, "--since", "2026-03-01T02:10:00Z")
 	if !strings.Contains(out, "no dead deliveries") {
 		t.Fatalf("recovering an empty window: %s", out)
+	}
+}
+
+// With the fast lane (the default) a delivered event has no row, so recover
+// reads the window from the event topics: run where only PostgreSQL is
+// configured (a row-engine habit), it refuses before writing anything,
+// naming the variable it needs and the way back.
+func TestDeliveriesRecoverWithTheFastLaneNamesTheTopicsItReads(t *testing.T) {
+	db, ctx := webhookCLIEnv(t)
+	sub := insertSubscription(t, db)
+	for _, v := range []string{"WEBHOOK_FAST_LANE", "KAFKA_BROKERS", "CONSUMER_TOPICS"} {
+		t.Setenv(v, "")
+	}
+	code, _, stderr := runBridge(t, "deliveries", "recover", "--subscription", sub, "--since", "1h")
+	if code != ExitUsage || !strings.Contains(stderr, "KAFKA_BROKERS is required to recover a window with WEBHOOK_FAST_LANE (the default)") ||
+		!strings.Contains(stderr, "WEBHOOK_FAST_LANE=false") {
+		t.Fatalf("exit %d, stderr %q: want 2, naming KAFKA_BROKERS, the fast lane and the way back", code, stderr)
+	}
+	t.Setenv("KAFKA_BROKERS", "127.0.0.1:1")
+	if code, _, stderr = runBridge(t, "deliveries", "recover", "--subscription", sub, "--since", "1h"); code != ExitUsage ||
+		!strings.Contains(stderr, "CONSUMER_TOPICS is required to recover a window") {
+		t.Fatalf("exit %d, stderr %q: want 2, naming CONSUMER_TOPICS", code, stderr)
+	}
+	var revived int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bridge.deliveries`).Scan(&revived); err != nil || revived != 0 {
+		t.Fatalf("%d delivery rows (%v): a refused recover writes none", revived, err)
 	}
 }

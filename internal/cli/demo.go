@@ -48,11 +48,12 @@ topic (demo.assets.<run>), consumer group and subscription, removed at the end
 (--keep leaves the subscription disabled, with its delivery log).
 
 The receiver answers 500 to the first attempt of the third event of
---refusals assets: with the fast lane (WEBHOOK_FAST_LANE, on in the demo)
+--refusals assets: with the fast lane (WEBHOOK_FAST_LANE, the default)
 those streams park, are retried from bridge.deliveries (the slow lane) and
 come back to the fast lane; the summary counts both lanes.
+WEBHOOK_FAST_LANE=false runs the row engine instead.
 
-The demo sets, unless the environment does: WEBHOOK_FAST_LANE true, RELAY_POLL_INTERVAL and
+The demo sets, unless the environment does: RELAY_POLL_INTERVAL and
 WEBHOOK_POLL_INTERVAL 100ms, RELAY_MAX_MESSAGE_BYTES 65536 (the poison event is
 larger), WEBHOOK_RETRY_SCHEDULE 0s,1s,2s, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION
 32 (its one subscription has every asset), DATABASE_MAX_CONNS 20, HTTP_ADDR empty
@@ -288,10 +289,6 @@ func demoEnv(environ map[string]string, topic, group string) map[string]string {
 	def("RELAY_MAX_MESSAGE_BYTES", fmt.Sprint(demo.DefaultMaxMessageBytes))
 	def("WEBHOOK_POLL_INTERVAL", "100ms")
 	def("WEBHOOK_RETRY_SCHEDULE", "0s,1s,2s")
-	// The fast lane delivers from the topic's partitions; the streams the
-	// receiver refuses show the slow lane. WEBHOOK_FAST_LANE=false runs the
-	// row engine instead.
-	def("WEBHOOK_FAST_LANE", "true")
 	// One subscription with dozens of asset streams: let it use every
 	// worker, not the default 8 (a multi-tenant guard the demo has no use for).
 	def("WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION", "32")

@@ -55,6 +55,7 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 		"CONSUMER_GROUP":      "g-" + topic,
 		"HTTP_ADDR":           "127.0.0.1:0",
 		"READY_STALL_TIMEOUT": stall.String(),
+		"WEBHOOK_FAST_LANE":   "false",
 	}, consumeStage.needs)
 	if err != nil {
 		t.Fatal(err)
@@ -142,10 +143,19 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 	}
 }
 
-// SIGTERM to `bridge run` while its consumer retries a batch (a transient
-// error on every attempt): the process is done within 10 s, the time
-// orchestrators give between SIGTERM and SIGKILL.
+// SIGTERM to `bridge run` while a write to bridge.deliveries is retried (a
+// transient error on every attempt): the process is done within 10 s, the
+// time orchestrators give between SIGTERM and SIGKILL. On the row engine the
+// consumer retries its batch; with the fast lane (the default) the fast lane
+// retries handing the failing stream (the endpoint's address is refused) to
+// the slow lane, and abandons it unsettled at shutdown.
 func TestRunStopsWithinTenSecondsWhileTheConsumerRetries(t *testing.T) {
+	for name, fastLane := range map[string]string{"row engine": "false", "fast lane": "true"} {
+		t.Run(name, func(t *testing.T) { testRunStopsWhileAWriteRetries(t, fastLane) })
+	}
+}
+
+func testRunStopsWhileAWriteRetries(t *testing.T, fastLane string) {
 	db := pgtest.NewParallel(t)
 	brokers := kafkatest.RealBrokers(t)
 	topic := kafkatest.CreateTopic(t, brokers, 1, nil)
@@ -168,11 +178,13 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 		"CONSUMER_GROUP":     "g-" + topic,
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"BRIDGE_SECRET_KEYS": keyringtest.Keys,
+		"WEBHOOK_FAST_LANE":  fastLane,
 	}, config.Needs{Database: true, Kafka: true, Topics: true, Secrets: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, uses := needsOf(allStages)
+	stages := withoutConsume(cfg, allStages)
+	_, uses := needsOf(stages)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rt, err := startRuntimeWith(runCtx, cfg, serviceAll, uses, runtimeOptions{
@@ -183,7 +195,7 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- runBuilt(runCtx, cfg, rt, allStages) }()
+	go func() { done <- runBuilt(runCtx, cfg, rt, stages) }()
 	if _, err := db.Pool.Exec(ctx, `SELECT bridge.enqueue($1, 'a', 'asset.updated', '{}') FROM generate_series(1, 5)`, topic); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +219,7 @@ CREATE TRIGGER fault AFTER INSERT ON bridge.deliveries FOR EACH STATEMENT EXECUT
 	rt.Close()
 	t.Logf("stopped %s after SIGTERM", time.Since(began))
 	if took := time.Since(began); took >= 10*time.Second {
-		t.Errorf("bridge run took %s to stop while its consumer retried, want under 10s", took)
+		t.Errorf("bridge run took %s to stop while its write retried, want under 10s", took)
 	}
 }
 
@@ -253,6 +265,8 @@ CREATE TRIGGER fault BEFORE UPDATE ON bridge.deliveries FOR EACH ROW EXECUTE FUN
 		// The receiver does not exist: claims that work fail their attempt,
 		// which is progress too.
 		"WEBHOOK_RETRY_SCHEDULE": "1h",
+		// The row engine's deliverer (the fast lane's has its own test).
+		"WEBHOOK_FAST_LANE": "false",
 	}, deliverStage.needs)
 	if err != nil {
 		t.Fatal(err)

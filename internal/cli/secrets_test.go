@@ -121,7 +121,8 @@ func TestSecretsCLIRotateKey(t *testing.T) {
 func TestDeliverRefusesToStartWithoutTheKeys(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on port 1: exit 2 means it refused before connecting.
-	r := bridge(t, map[string]string{"DATABASE_URL": "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable"}, "deliver")
+	r := bridge(t, map[string]string{"DATABASE_URL": "postgres://bridge:bridge@127.0.0.1:1/bridge?sslmode=disable",
+		"KAFKA_BROKERS": "127.0.0.1:1", "CONSUMER_TOPICS": "assets"}, "deliver")
 	if r.code != ExitUsage || !strings.HasPrefix(r.stderr, "bridge: BRIDGE_SECRET_KEYS is required") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("deliver without keys: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -142,7 +143,8 @@ func TestDeliverRefusesToStartWithoutTheKeys(t *testing.T) {
 	if _, err := subscriptionStore(cfg, db.Pool).Create(context.Background(), store.SubscriptionInput{URL: &url, EventTypes: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"DATABASE_URL": db.URL, "HTTP_ADDR": "off", "DATABASE_CONNECT_TIMEOUT": "10s"}
+	// The row engine: the keys are opened before anything reads Kafka.
+	env := map[string]string{"DATABASE_URL": db.URL, "HTTP_ADDR": "off", "DATABASE_CONNECT_TIMEOUT": "10s", "WEBHOOK_FAST_LANE": "false"}
 	for name, keys := range map[string]string{
 		"key missing":    test1Only,
 		"wrong material": "test-2:" + strings.SplitN(test1Only, ":", 2)[1],

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,15 +56,9 @@ var relayStage = stage{
 
 var consumeStage = stage{
 	name:  "consume",
-	needs: config.Needs{Database: true, Kafka: true, Topics: true},
+	needs: config.Needs{Database: true, Kafka: true, Topics: true, FanOut: true},
 	uses:  serviceNeeds{kafka: true},
 	validate: func(cfg *config.Config) error {
-		if cfg.Webhook.FastLane {
-			// Two readers of the topics in one group would split the
-			// partitions between the two paths for nothing.
-			return &config.Error{Var: "WEBHOOK_FAST_LANE", Value: "true",
-				Problem: "makes `bridge deliver` read CONSUMER_TOPICS itself; stop `bridge consume` (its pending deliveries are served by `bridge deliver`)"}
-		}
 		return consumer.ValidateTopics(cfg.Consumer.Topics)
 	},
 	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
@@ -79,17 +74,11 @@ var consumeStage = stage{
 
 var deliverStage = stage{
 	name:  "deliver",
-	needs: config.Needs{Database: true, Secrets: true},
+	needs: config.Needs{Database: true, Secrets: true, Delivers: true},
 	uses:  serviceNeeds{deliveries: true},
 	validate: func(cfg *config.Config) error {
 		if !cfg.Webhook.FastLane {
 			return nil
-		}
-		if err := cfg.Kafka.Validate(true); err != nil {
-			return err
-		}
-		if err := cfg.Consumer.Validate(true); err != nil {
-			return err
 		}
 		return consumer.ValidateTopics(cfg.Consumer.Topics)
 	},
@@ -128,9 +117,16 @@ func needsOf(stages []stage) (config.Needs, serviceNeeds) {
 		n.Kafka = n.Kafka || s.needs.Kafka
 		n.Topics = n.Topics || s.needs.Topics
 		n.Secrets = n.Secrets || s.needs.Secrets
+		n.Delivers = n.Delivers || s.needs.Delivers
+		n.FanOut = n.FanOut || s.needs.FanOut
 		u.outbox = u.outbox || s.uses.outbox
 		u.deliveries = u.deliveries || s.uses.deliveries
 		u.kafka = u.kafka || s.uses.kafka
+	}
+	if len(stages) > 1 {
+		// `bridge run` leaves the fan-out out under the fast lane
+		// (withoutConsume); only `bridge consume` itself is refused.
+		n.FanOut = false
 	}
 	return n, u
 }
@@ -146,6 +142,11 @@ func runStages(ctx context.Context, service string, stages ...stage) error {
 		return err
 	}
 	stages = withoutConsume(cfg, stages)
+	if cfg.Webhook.FastLane && slices.ContainsFunc(stages, func(s stage) bool { return s.name == deliverStage.name }) {
+		// The fast lane reads the topics: the deliverer waits for Kafka
+		// and reports it on /readyz, as the consumer does.
+		uses.kafka = true
+	}
 	for _, s := range stages {
 		if s.validate != nil {
 			if err := s.validate(cfg); err != nil {

@@ -103,15 +103,20 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 	t.Parallel()
 	realKafka := kafkatest.RealBrokers(t)[0]
 	for _, tc := range []struct {
-		command string
-		kafka   bool
+		name, command string
+		kafka         bool
+		env           []string
 	}{
-		{"relay", true},
-		{"consume", true},
-		{"deliver", false},
-		{"run", true},
+		{"relay", "relay", true, nil},
+		{"consume", "consume", true, []string{"WEBHOOK_FAST_LANE=false"}},
+		// The fast lane (the default) reads the topics: it waits for
+		// Kafka too; the row engine's deliverer needs only PostgreSQL.
+		{"deliver", "deliver", true, nil},
+		{"deliver row engine", "deliver", false, []string{"WEBHOOK_FAST_LANE=false"}},
+		{"run", "run", true, nil},
+		{"run row engine", "run", true, []string{"WEBHOOK_FAST_LANE=false"}},
 	} {
-		t.Run(tc.command, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			db := pgtest.NewParallel(t)
 			ctx := t.Context()
 			u, err := url.Parse(db.URL)
@@ -132,6 +137,7 @@ func TestLongRunningCommandsWaitForPostgreSQLAndKafka(t *testing.T) {
 				"LOG_FORMAT=json",
 				"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
 			}
+			env = append(env, tc.env...)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bridgeBinary(t), tc.command)
@@ -228,7 +234,7 @@ func TestLongRunningCommandGivesUpAfterTheConnectTimeout(t *testing.T) {
 	dsn := "postgres://bridge:" + dbPassword + "@" + addr + "/bridge?sslmode=disable"
 	r := bridge(t, map[string]string{
 		"DATABASE_URL": dsn, "DATABASE_CONNECT_TIMEOUT": "3s", "HTTP_ADDR": "off",
-		"KAFKA_BROKERS": "127.0.0.1:1", "CONSUMER_TOPICS": "t", "LOG_LEVEL": "error",
+		"KAFKA_BROKERS": "127.0.0.1:1", "CONSUMER_TOPICS": "t", "LOG_LEVEL": "error", "WEBHOOK_FAST_LANE": "false",
 	}, "consume")
 	if r.code != ExitRuntime || r.elapsed < 3*time.Second || r.elapsed > 15*time.Second {
 		t.Fatalf("exit %d after %v, want 1 after about 3s\nstderr: %s", r.code, r.elapsed, r.stderr)

@@ -335,7 +335,8 @@ type Consumer struct {
 	// CONSUMER_GROUP: Kafka consumer group. Default outbox-bridge.
 	Group string `env:"CONSUMER_GROUP" envDefault:"outbox-bridge"`
 	// CONSUMER_TOPICS: comma-separated topics to consume; a value starting
-	// with ~ is a regular expression. Required for `bridge consume`.
+	// with ~ is a regular expression. Required for `bridge consume`, and for
+	// `bridge deliver` and `bridge run` with WEBHOOK_FAST_LANE (the default).
 	Topics []string `env:"CONSUMER_TOPICS" envSeparator:","`
 	// CONSUMER_DEDUP_WINDOW: inbox rows older than this are pruned. Default 168h (7 days).
 	DedupWindow time.Duration `env:"CONSUMER_DEDUP_WINDOW" envDefault:"168h"`
@@ -461,9 +462,11 @@ type Webhook struct {
 	// `bridge deliver` joins CONSUMER_GROUP on CONSUMER_TOPICS and posts from
 	// memory; only streams whose head failed (and rate-limited
 	// subscriptions) go through bridge.deliveries. `bridge consume` is then
-	// not run (`bridge run` leaves it out). Requires KAFKA_BROKERS and
-	// CONSUMER_TOPICS. Default false.
-	FastLane bool `env:"WEBHOOK_FAST_LANE" envDefault:"false"`
+	// not run (`bridge run` leaves it out; `bridge consume` refuses to
+	// start). Requires KAFKA_BROKERS and CONSUMER_TOPICS. false: the row
+	// engine, `bridge consume` writing every delivery to bridge.deliveries
+	// and `bridge deliver` posting those rows. Default true.
+	FastLane bool `env:"WEBHOOK_FAST_LANE" envDefault:"true"`
 	// WEBHOOK_FAST_LANE_MAX_WAITING: one subscription's deliveries of one
 	// partition held in the fast lane's memory and not yet settled, at
 	// most: past it (or past WEBHOOK_FAST_LANE_MAX_WAITING_BYTES or
@@ -715,6 +718,50 @@ type Needs struct {
 	// Secrets: the command writes or uses signing secrets, so it needs
 	// BRIDGE_SECRET_KEYS (or BRIDGE_ALLOW_PLAINTEXT_SECRETS=true).
 	Secrets bool
+	// FanOut: the command is the row engine's fan-out (`bridge consume`),
+	// which WEBHOOK_FAST_LANE replaces: refused while it is on, so two
+	// readers in one group do not split the partitions between the paths.
+	FanOut bool
+	// Delivers: the command runs the deliverer; with WEBHOOK_FAST_LANE it
+	// reads the event topics itself, so it needs KAFKA_BROKERS and
+	// CONSUMER_TOPICS.
+	Delivers bool
+}
+
+// checkDeliveryPath is the rule between WEBHOOK_FAST_LANE and the commands:
+// each error says what an installation configured for the other path
+// (an upgrade from the row engine, the fast lane being the default) must
+// change, and how to keep the row engine.
+func (c *Config) checkDeliveryPath(needs Needs) error {
+	if !c.Webhook.FastLane {
+		return nil
+	}
+	if needs.FanOut {
+		return &Error{Var: "WEBHOOK_FAST_LANE", Value: "true",
+			Problem: "(the default) makes `bridge deliver` read CONSUMER_TOPICS itself; stop `bridge consume` (its pending deliveries are served by `bridge deliver`), or set WEBHOOK_FAST_LANE=false to keep the row engine"}
+	}
+	if !needs.Delivers {
+		return nil
+	}
+	return c.RequireEventTopics("by `bridge deliver` with WEBHOOK_FAST_LANE (the default), which reads the event topics itself; set it as for `bridge consume`")
+}
+
+// RequireEventTopics checks KAFKA_BROKERS and CONSUMER_TOPICS for what
+// reads the event topics because of the fast lane; why says who needs them
+// and why, and each error adds the way back to the row engine.
+func (c *Config) RequireEventTopics(why string) error {
+	for _, v := range []struct {
+		name    string
+		missing bool
+	}{{"KAFKA_BROKERS", len(c.Kafka.Brokers) == 0}, {"CONSUMER_TOPICS", len(c.Consumer.Topics) == 0}} {
+		if v.missing {
+			return &Error{Var: v.name, Problem: "is required " + why + ", or set WEBHOOK_FAST_LANE=false to keep the row engine"}
+		}
+	}
+	if err := c.Kafka.Validate(true); err != nil {
+		return err
+	}
+	return c.Consumer.Validate(true)
 }
 
 // Load reads every component from the environment (environ: nil means the
@@ -747,7 +794,7 @@ func Load(environ map[string]string, needs Needs) (*Config, error) {
 	if v, ok := environ["BRIDGE_OPERATIONS_TOPIC"]; ok && strings.TrimSpace(v) == "" {
 		cfg.Operations.Topic = ""
 	}
-	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse(), cfg.Operations.validate(), cfg.Schemas.validate()}
+	checks := []error{cfg.Log.validate(), cfg.HTTP.validate(), cfg.Relay.validate(), cfg.Webhook.validate(), cfg.checkDeliveryPath(needs), cfg.Kafka.Validate(needs.Kafka), cfg.Consumer.Validate(needs.Topics), cfg.Secrets.parse(), cfg.Operations.validate(), cfg.Schemas.validate()}
 	if needs.Database {
 		checks = append(checks, cfg.Database.validate())
 	}

@@ -163,6 +163,10 @@ func NewPipeline(t testing.TB, cfg PipelineConfig) *Pipeline {
 		// Signing secrets sealed as in production (and opened by every
 		// deliverer across its restarts).
 		"BRIDGE_SECRET_KEYS=" + keyringtest.Keys,
+		// The row engine (`bridge consume` fanning out into
+		// bridge.deliveries) unless the test's ExtraEnv turns the fast lane
+		// on; the later setting wins.
+		"WEBHOOK_FAST_LANE=false",
 	}, append(groupEnv(), cfg.ExtraEnv...)...)
 
 	if out, err := p.Cmd("migrate").CombinedOutput(); err != nil {

@@ -33,9 +33,9 @@ import (
 var needs = map[string]config.Needs{
 	"migrate": {Database: true},
 	"relay":   {Database: true, Kafka: true},
-	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true, Secrets: true},
-	"run":     {Database: true, Kafka: true, Topics: true, Secrets: true},
+	"consume": {Database: true, Kafka: true, Topics: true, FanOut: true},
+	"deliver": {Database: true, Secrets: true, Delivers: true},
+	"run":     {Database: true, Kafka: true, Topics: true, Secrets: true, Delivers: true},
 }
 
 type request struct {

@@ -16,6 +16,11 @@ func SourceFromConfig(cfg *config.Config, values contract.ValueDecoder, logger *
 	if !cfg.Webhook.FastLane {
 		return nil, nil
 	}
+	// The fast lane is the default: a process configured for the row
+	// engine's recover (PostgreSQL only) learns what it now needs.
+	if err := cfg.RequireEventTopics("to recover a window with WEBHOOK_FAST_LANE (the default): delivered events have no rows, so the window is read from the event topics; set it as for `bridge deliver`"); err != nil {
+		return nil, err
+	}
 	opts, err := kafkaclient.Options(cfg.Kafka, logger)
 	if err != nil {
 		return nil, err
