@@ -34,19 +34,48 @@ var bridgeCommands = map[string]config.Needs{
 	"deliver": {Database: true, Secrets: true},
 }
 
+// fastLaneNeeds is what `bridge deliver` needs with WEBHOOK_FAST_LANE=true:
+// it is a member of the consumer group, so it checks the brokers and topics
+// at start on top of config.Load's needs for deliver.
+var fastLaneNeeds = config.Needs{Database: true, Kafka: true, Topics: true, Secrets: true}
+
 // required are the variables each bridge service must set itself (the
-// rest have defaults).
+// rest have defaults). deliver and consume set WEBHOOK_FAST_LANE
+// explicitly: which path runs is the file's choice, not the binary's
+// default.
 var required = map[string][]string{
 	"migrate": {"DATABASE_URL"},
 	"relay":   {"DATABASE_URL", "KAFKA_BROKERS"},
-	"consume": {"DATABASE_URL", "KAFKA_BROKERS", "CONSUMER_TOPICS"},
-	"deliver": {"DATABASE_URL", "BRIDGE_SECRET_KEYS"},
+	"consume": {"DATABASE_URL", "KAFKA_BROKERS", "CONSUMER_TOPICS", "WEBHOOK_FAST_LANE"},
+	"deliver": {"DATABASE_URL", "BRIDGE_SECRET_KEYS", "WEBHOOK_FAST_LANE"},
+}
+
+// fastLaneRequired are the further variables deliver must set on the fast
+// lane.
+var fastLaneRequired = []string{"KAFKA_BROKERS", "CONSUMER_TOPICS"}
+
+// rowEngine is the documented switch back to the row engine:
+// WEBHOOK_FAST_LANE=false docker compose --profile row-engine up.
+var rowEngine = map[string]string{"WEBHOOK_FAST_LANE": "false"}
+
+const rowEngineProfile = "row-engine"
+
+// layouts are the two ways the file is meant to run: the default (the fast
+// lane) and the row engine.
+var layouts = []struct {
+	name     string
+	env      map[string]string
+	profiles []string
+}{
+	{"fast lane", nil, nil},
+	{"row engine", rowEngine, []string{rowEngineProfile}},
 }
 
 // load reads docker-compose.yml as `docker compose` would, interpolating
 // from env only: the test's own environment (DATABASE_URL of the CI
-// services, say) must not leak into what is checked.
-func load(t *testing.T, env map[string]string) *types.Project {
+// services, say) must not leak into what is checked. Services of other
+// profiles than those given are left out, as `docker compose` leaves them.
+func load(t *testing.T, env map[string]string, profiles ...string) *types.Project {
 	t.Helper()
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -59,6 +88,7 @@ func load(t *testing.T, env map[string]string) *types.Project {
 	}
 	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
 		o.SetProjectName("outbox-bridge", true)
+		o.Profiles = profiles
 	})
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load (schema or consistency): %v", err)
@@ -125,9 +155,10 @@ func TestComposeServices(t *testing.T) {
 	}
 
 	// Start order.
+	row := load(t, rowEngine, rowEngineProfile)
 	deps := func(name string) map[string]string {
 		out := map[string]string{}
-		for dep, d := range service(t, p, name).DependsOn {
+		for dep, d := range service(t, row, name).DependsOn {
 			out[dep] = d.Condition
 		}
 		return out
@@ -148,8 +179,9 @@ func TestComposeServices(t *testing.T) {
 		}
 	}
 
-	// Exactly the bridge services run the bridge image, each its command.
-	for _, s := range p.Services {
+	// Exactly the bridge services run the bridge image, each its command
+	// (consume too, though its profile is off by default).
+	for _, s := range p.AllServices() {
 		isBridge := s.Build != nil && s.Build.Target == "bridge"
 		_, listed := bridgeCommands[s.Name]
 		if isBridge != listed {
@@ -166,7 +198,6 @@ func TestComposeServices(t *testing.T) {
 // through config.Load and tracing.ConfigFromEnv as the command would.
 func TestComposeBridgeEnvironment(t *testing.T) {
 	t.Parallel()
-	p := load(t, nil)
 	known := map[string]bool{}
 	for _, v := range config.Vars() {
 		known[v] = true
@@ -174,24 +205,100 @@ func TestComposeBridgeEnvironment(t *testing.T) {
 	for _, v := range config.TracingVars {
 		known[v] = true
 	}
-	for name, needs := range bridgeCommands {
-		env := environment(service(t, p, name))
-		for k := range service(t, p, name).Environment {
-			if !known[k] {
-				t.Errorf("%s sets %s, which the bridge does not read (config.Vars and config.TracingVars)", name, k)
+	for _, l := range layouts {
+		p := load(t, l.env, l.profiles...)
+		for name, needs := range bridgeCommands {
+			s, err := p.GetService(name)
+			if err != nil {
+				continue // not in this layout (TestComposeDeliveryModes says which run)
+			}
+			env := environment(s)
+			for k := range s.Environment {
+				if !known[k] {
+					t.Errorf("%s: %s sets %s, which the bridge does not read (config.Vars and config.TracingVars)", l.name, name, k)
+				}
+			}
+			want := required[name]
+			if name == "deliver" && env["WEBHOOK_FAST_LANE"] == "true" {
+				needs = fastLaneNeeds
+				want = append(slices.Clone(want), fastLaneRequired...)
+			}
+			for _, k := range want {
+				if env[k] == "" {
+					t.Errorf("%s: %s does not set %s, which `bridge %s` requires", l.name, name, k, name)
+				}
+			}
+			if _, err := config.Load(env, needs); err != nil {
+				t.Errorf("%s: %s: its environment does not load: %v", l.name, name, err)
+			}
+			if _, err := tracing.ConfigFromEnv(func(k string) string { return env[k] }, "x"); err != nil {
+				t.Errorf("%s: %s: its OTEL_* variables do not load: %v", l.name, name, err)
 			}
 		}
-		for _, k := range required[name] {
-			if env[k] == "" {
-				t.Errorf("%s does not set %s, which `bridge %s` requires", name, k, name)
-			}
+	}
+}
+
+// The file runs the fast lane by default: relay and deliver, no consume
+// (which would refuse to start), deliver a member of the consumer group.
+// WEBHOOK_FAST_LANE=false with the row-engine profile runs today's row
+// engine: consume beside deliver, both with the fast lane off, in the group
+// the fast lane used (so the switch continues from its offsets).
+func TestComposeDeliveryModes(t *testing.T) {
+	t.Parallel()
+	fastLaneOf := func(p *types.Project, name string) bool {
+		t.Helper()
+		cfg, err := config.Load(environment(service(t, p, name)), config.Needs{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
-		if _, err := config.Load(env, needs); err != nil {
-			t.Errorf("%s: its environment does not load: %v", name, err)
-		}
-		if _, err := tracing.ConfigFromEnv(func(k string) string { return env[k] }, "x"); err != nil {
-			t.Errorf("%s: its OTEL_* variables do not load: %v", name, err)
-		}
+		return cfg.Webhook.FastLane
+	}
+	p := load(t, nil)
+	if _, err := p.GetService("consume"); err == nil {
+		t.Error("`docker compose up` runs consume, which refuses to start on the fast lane")
+	}
+	if !slices.Contains(p.DisabledServices["consume"].Profiles, rowEngineProfile) {
+		t.Errorf("consume is not in the %s profile", rowEngineProfile)
+	}
+	if !fastLaneOf(p, "deliver") {
+		t.Error("`docker compose up`: deliver does not run the fast lane")
+	}
+	deliver := environment(service(t, p, "deliver"))
+	if deliver["CONSUMER_TOPICS"] == "" || deliver["KAFKA_BROKERS"] == "" {
+		t.Errorf("deliver on the fast lane reads no topics: CONSUMER_TOPICS=%q KAFKA_BROKERS=%q", deliver["CONSUMER_TOPICS"], deliver["KAFKA_BROKERS"])
+	}
+	if d := service(t, p, "deliver").DependsOn["kafka"]; d.Condition != types.ServiceConditionHealthy {
+		t.Errorf("deliver depends on kafka with %q, want %s", d.Condition, types.ServiceConditionHealthy)
+	}
+
+	row := load(t, rowEngine, rowEngineProfile)
+	if fastLaneOf(row, "deliver") || fastLaneOf(row, "consume") {
+		t.Error("WEBHOOK_FAST_LANE=false --profile row-engine: deliver or consume still runs the fast lane")
+	}
+	consume := environment(service(t, row, "consume"))
+	rowDeliver := environment(service(t, row, "deliver"))
+	cfgConsume, err := config.Load(consume, bridgeCommands["consume"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgDeliver, err := config.Load(deliver, fastLaneNeeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfgConsume.Consumer.Group != cfgDeliver.Consumer.Group || !slices.Equal(cfgConsume.Consumer.Topics, cfgDeliver.Consumer.Topics) {
+		t.Errorf("consume reads %v as group %s, the fast lane %v as group %s: switching would start over or split the topics",
+			cfgConsume.Consumer.Topics, cfgConsume.Consumer.Group, cfgDeliver.Consumer.Topics, cfgDeliver.Consumer.Group)
+	}
+	if rowDeliver["ADMIN_TOKEN"] != deliver["ADMIN_TOKEN"] || rowDeliver["BRIDGE_SECRET_KEYS"] != deliver["BRIDGE_SECRET_KEYS"] {
+		t.Error("the row engine's deliver differs from the fast lane's in more than WEBHOOK_FAST_LANE")
+	}
+
+	// The profile without the variable: consume gets the fast lane's
+	// setting, so it refuses to start (exit 2 naming WEBHOOK_FAST_LANE)
+	// instead of sharing the group with a fast-lane deliverer.
+	half := load(t, nil, rowEngineProfile)
+	if fastLaneOf(half, "consume") != fastLaneOf(half, "deliver") {
+		t.Error("--profile row-engine without WEBHOOK_FAST_LANE=false: consume and deliver disagree on WEBHOOK_FAST_LANE")
 	}
 }
 
@@ -237,8 +344,13 @@ func TestComposeWiring(t *testing.T) {
 	pg := environment(service(t, p, "postgres"))
 	kafka := environment(service(t, p, "kafka"))
 	advertised := strings.Split(kafka["KAFKA_ADVERTISED_LISTENERS"], ",")
+	// Every bridge service of either layout (consume only runs in the row
+	// engine's).
 	for name := range bridgeCommands {
-		s := service(t, p, name)
+		s, err := load(t, rowEngine, rowEngineProfile).GetService(name)
+		if err != nil {
+			t.Fatalf("docker-compose.yml: %v", err)
+		}
 		env := environment(s)
 		u, err := url.Parse(env["DATABASE_URL"])
 		if err != nil {
@@ -286,9 +398,9 @@ func TestComposeWiring(t *testing.T) {
 	if deliver["WEBHOOK_ALLOW_HTTP"] != "true" || ru.Scheme != "http" {
 		t.Errorf("the receiver is %s but deliver has WEBHOOK_ALLOW_HTTP=%q", ru.Scheme, deliver["WEBHOOK_ALLOW_HTTP"])
 	}
-	topics := environment(service(t, p, "consume"))["CONSUMER_TOPICS"]
+	topics := deliver["CONSUMER_TOPICS"]
 	if !strings.Contains(topics, "assets") {
-		t.Errorf("consume reads %q; the file's example enqueues to assets", topics)
+		t.Errorf("deliver reads %q; the file's example enqueues to assets", topics)
 	}
 
 	// ADMIN_TOKEN from the host reaches both ends.

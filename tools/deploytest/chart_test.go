@@ -181,9 +181,11 @@ func component(labels map[string]string) string { return labels["app.kubernetes.
 // its pods, a termination grace above the drain, a migration hook.
 func TestChartStructure(t *testing.T) {
 	wantStages := map[string][]string{
-		"defaults":    {"consume", "deliver", "relay"},
-		"all-options": {"consume", "deliver", "relay"},
-		"run-mode":    {"run"},
+		"defaults":               {"deliver", "relay"},
+		"all-options":            {"deliver", "relay"},
+		"run-mode":               {"run"},
+		"row-engine":             {"consume", "deliver", "relay"},
+		"all-options+row-engine": {"consume", "deliver", "relay"},
 	}
 	for _, file := range valueSets {
 		t.Run(setName(file), func(t *testing.T) {
@@ -444,7 +446,16 @@ func TestChartEnvironment(t *testing.T) {
 			for _, e := range c.Env {
 				sets = append(sets, setter{set + ": " + d.Name, e.Name})
 			}
-			envs = append(envs, checkEnv{set + ": " + d.Name, c.Args[0], stageEnv(t, o, d)})
+			env := stageEnv(t, o, d)
+			envs = append(envs, checkEnv{set + ": " + d.Name, c.Args[0], env})
+			if c.Args[0] == "deliver" && env["WEBHOOK_FAST_LANE"] == "true" {
+				// A fast-lane deliverer also needs what the consumer group
+				// needs (brokers, topics): `bridge deliver` checks them at
+				// start, config.Load's Needs for deliver does not, and
+				// those of `bridge run` are exactly database, Kafka,
+				// topics and the key ring.
+				envs = append(envs, checkEnv{set + ": " + d.Name + " (fast lane)", "run", env})
+			}
 		}
 		for _, j := range o.jobs {
 			c := j.Spec.Template.Spec.Containers[0]
@@ -482,9 +493,22 @@ func TestChartEnvironment(t *testing.T) {
 }
 
 // Secrets reach the pods that need them, by secretKeyRef only: never in the
-// ConfigMap, never as a literal.
+// ConfigMap, never as a literal. With the fast lane the deliverers are Kafka
+// clients too: they get the SASL credentials and the TLS Secret.
 func TestChartSecrets(t *testing.T) {
-	o := decodeAll(t, mustRender(t, "ci/all-options-values.yaml"))
+	for _, c := range []struct {
+		file    string
+		deliver []string
+	}{
+		{"ci/all-options-values.yaml", []string{"DATABASE_URL", "ADMIN_TOKEN", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "BRIDGE_SECRET_KEYS"}},
+		{"ci/all-options-values.yaml+ci/row-engine-values.yaml", []string{"DATABASE_URL", "ADMIN_TOKEN", "BRIDGE_SECRET_KEYS"}},
+	} {
+		t.Run(setName(c.file), func(t *testing.T) { checkChartSecrets(t, c.file, c.deliver) })
+	}
+}
+
+func checkChartSecrets(t *testing.T, file string, deliverSecrets []string) {
+	o := decodeAll(t, mustRender(t, file))
 	secretVars := []string{"DATABASE_URL", "ADMIN_TOKEN", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "BRIDGE_SECRET_KEYS"}
 	for _, cm := range o.configMaps {
 		for _, v := range secretVars {
@@ -496,7 +520,7 @@ func TestChartSecrets(t *testing.T) {
 	want := map[string][]string{
 		"relay":   {"DATABASE_URL", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"},
 		"consume": {"DATABASE_URL", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"},
-		"deliver": {"DATABASE_URL", "ADMIN_TOKEN", "BRIDGE_SECRET_KEYS"},
+		"deliver": deliverSecrets,
 	}
 	for _, d := range o.deployments {
 		stage := component(d.Labels)
@@ -513,9 +537,14 @@ func TestChartSecrets(t *testing.T) {
 		if !slices.Equal(got, want[stage]) {
 			t.Errorf("%s gets secrets %v, want %v", d.Name, got, want[stage])
 		}
-		// The Kafka TLS Secret is mounted where the KAFKA_TLS_*_FILE paths point.
+		// The Kafka TLS Secret is mounted where the KAFKA_TLS_*_FILE paths
+		// point, in every pod that talks to Kafka (and only there).
 		env := stageEnv(t, o, d)
-		if stage != "deliver" {
+		usesKafka := slices.Contains(got, "KAFKA_SASL_USERNAME")
+		if !usesKafka && (len(c.VolumeMounts) != 0 || len(d.Spec.Template.Spec.Volumes) != 0) {
+			t.Errorf("%s talks to no Kafka but mounts %v", d.Name, c.VolumeMounts)
+		}
+		if usesKafka {
 			if len(c.VolumeMounts) != 1 || len(d.Spec.Template.Spec.Volumes) != 1 || d.Spec.Template.Spec.Volumes[0].Secret == nil {
 				t.Fatalf("%s: kafka TLS Secret not mounted: %v", d.Name, c.VolumeMounts)
 			}
@@ -545,7 +574,8 @@ func TestChartSecrets(t *testing.T) {
 	}
 }
 
-// KEDA: consumers on the group's lag, deliverers (and relays) on their
+// KEDA: the consumer group's members on its lag (consume, or deliver with
+// the fast lane), the row engine's deliverers and the relays on their
 // backlog through Prometheus, each within what the stage can use.
 func TestChartAutoscaling(t *testing.T) {
 	t.Parallel()
@@ -553,9 +583,16 @@ func TestChartAutoscaling(t *testing.T) {
 	if len(o.scaledObjects) != 0 || len(o.serviceMonitors) != 0 {
 		t.Errorf("defaults render %d ScaledObjects and %d ServiceMonitors: both are off by default", len(o.scaledObjects), len(o.serviceMonitors))
 	}
-	all := valuesFile(t, "ci/all-options-values.yaml")
+	for _, file := range []string{"ci/all-options-values.yaml", "ci/all-options-values.yaml+ci/row-engine-values.yaml"} {
+		t.Run(setName(file), func(t *testing.T) { checkChartAutoscaling(t, file) })
+	}
+}
+
+func checkChartAutoscaling(t *testing.T, file string) {
+	all := valuesFile(t, file)
 	partitions := int32(all["kafka"].(map[string]any)["partitions"].(float64))
-	o = decodeAll(t, mustRender(t, "ci/all-options-values.yaml"))
+	fast := fastLane(t, file)
+	o := decodeAll(t, mustRender(t, file))
 	deployments := map[string]*appsv1.Deployment{}
 	for _, d := range o.deployments {
 		deployments[d.Name] = d
@@ -580,7 +617,17 @@ func TestChartAutoscaling(t *testing.T) {
 	}
 	limits := map[string]int32{"relay": 64, "consume": partitions, "deliver": 1 << 30}
 	triggers := map[string]string{"relay": "prometheus", "consume": "kafka", "deliver": "prometheus"}
+	if fast {
+		// No consumer; the deliverers are the group's members.
+		delete(triggers, "consume")
+		limits["deliver"] = partitions
+		triggers["deliver"] = "kafka"
+	}
 	for stage, so := range byStage {
+		if triggers[stage] == "" {
+			t.Errorf("%s scales %s, which this layout does not run", so.Name, stage)
+			continue
+		}
 		if *so.Spec.MaxReplicaCount > limits[stage] {
 			t.Errorf("%s: maxReplicaCount %d above what the stage can use (%d)", so.Name, *so.Spec.MaxReplicaCount, limits[stage])
 		}
@@ -619,6 +666,17 @@ func TestChartAutoscaling(t *testing.T) {
 			t.Errorf("all options on: no ScaledObject for %s", stage)
 		}
 	}
+	// all-options asks for more deliverers than partitions: with the fast
+	// lane KEDA's maximum is the partitions, without it what was asked.
+	if so := byStage["deliver"]; so != nil {
+		want := int32(all["deliver"].(map[string]any)["autoscaling"].(map[string]any)["maxReplicas"].(float64))
+		if fast {
+			want = min(want, partitions)
+		}
+		if *so.Spec.MaxReplicaCount != want {
+			t.Errorf("%s: maxReplicaCount %d, want %d", so.Name, *so.Spec.MaxReplicaCount, want)
+		}
+	}
 }
 
 // Values Kubernetes would accept but the bridge could not use are refused
@@ -647,6 +705,13 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{map[string]any{"kafka.sasl.mechanism": "PLAIN"}, "secrets.kafkaSasl.name"},
 		{map[string]any{"kafka.brokers": []any{}}, "kafka.brokers"},
 		{map[string]any{"consume.topics": []any{}}, "consume.topics"},
+		{map[string]any{"consume.topics": []any{}, "delivery.fastLane": false}, "consume.topics"},
+		{map[string]any{"relay.enabled": false, "kafka.brokers": []any{}}, "kafka.brokers: relay and deliver (delivery.fastLane)"},
+		{map[string]any{"deliver.replicas": 7}, "deliver.replicas=7 exceeds kafka.partitions=6"},
+		{map[string]any{"config.WEBHOOK_FAST_LANE": "false"}, "config.WEBHOOK_FAST_LANE"},
+		{map[string]any{"deliver.env.WEBHOOK_FAST_LANE": "false"}, "deliver.env.WEBHOOK_FAST_LANE"},
+		{map[string]any{"admin.stage": "consume", "secrets.adminToken.name": "a"}, "admin.stage=consume"},
+		{map[string]any{"deliver.autoscaling.enabled": true, "consume.topics": []any{"~assets.*"}}, "deliver.autoscaling.topic"},
 		{map[string]any{"config.KAFKA_BROKERS": "x:1"}, "config.KAFKA_BROKERS"},
 		{map[string]any{"config.HTTP_ADDR": ":1"}, "config.HTTP_ADDR"},
 		{map[string]any{"mode": "all"}, "mode must be stages or run"},
@@ -663,10 +728,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 	// And the edges are accepted.
 	for _, set := range []map[string]any{
-		{"relay.replicas": 64, "consume.replicas": 6},
+		{"relay.replicas": 64, "consume.replicas": 6, "deliver.replicas": 6},
 		{"terminationGracePeriodSeconds": 16},
 		{"deliver.enabled": false, "kafka.brokers": []any{"k:9092"}},
-		{"relay.enabled": false, "consume.enabled": false, "kafka.brokers": []any{}},
+		// A row-engine deliverer alone talks to no Kafka; past the
+		// partitions it only adds claimers.
+		{"delivery.fastLane": false, "relay.enabled": false, "consume.enabled": false, "kafka.brokers": []any{}},
+		{"delivery.fastLane": false, "deliver.replicas": 7},
+		{"delivery.fastLane": false, "admin.stage": "consume", "secrets.adminToken.name": "a"},
 		// No stage signs or writes secrets: no key ring needed.
 		{"deliver.enabled": false, "secrets.secretKeys.name": ""},
 		// Plain text, said explicitly.
@@ -742,6 +811,8 @@ func TestValuesSchema(t *testing.T) {
 		{map[string]any{"consume.replicas": "two"}, "replicas"},
 		{map[string]any{"kafka.sasl.mechanism": "GSSAPI"}, "mechanism"},
 		{map[string]any{"deliver.autoscaling.minReplicas": 0}, "minReplicas"},
+		{map[string]any{"delivery.fastLane": "yes"}, "fastLane"},
+		{map[string]any{"delivery.fastlane": true}, "fastlane"},
 		{map[string]any{"config.LOG_LEVEL": map[string]any{"x": 1}}, "LOG_LEVEL"},
 	} {
 		_, err := render(ch, with(base, c.set))

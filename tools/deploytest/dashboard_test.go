@@ -207,3 +207,38 @@ func TestExpandGrafana(t *testing.T) {
 		t.Errorf("got %s, want %s", got, want)
 	}
 }
+
+// The dashboard shows the lag of either delivery mode (the fast lane's
+// bridge_fastlane_lag, what the shipped deployments run, and the row
+// engine's bridge_consumer_lag) in the overview and per partition, and the
+// stages' stall.
+func TestDashboardCoversBothDeliveryModes(t *testing.T) {
+	t.Parallel()
+	d := loadDashboard(t)
+	panelsUsing := map[string][]string{}
+	overview := map[string]bool{}
+	inOverview := false
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			inOverview = p.Title == "Overview"
+		}
+		for _, sub := range allPanels([]panel{p}) {
+			for _, tg := range sub.Targets {
+				for _, name := range metricNames(t, sub.Title, expandGrafana(tg.Expr)) {
+					panelsUsing[name] = append(panelsUsing[name], sub.Title)
+					if inOverview {
+						overview[name] = true
+					}
+				}
+			}
+		}
+	}
+	for _, lag := range []string{"bridge_fastlane_lag", "bridge_consumer_lag"} {
+		if len(panelsUsing[lag]) < 2 || !overview[lag] {
+			t.Errorf("%s is in panels %v (overview: %v), want the overview and a panel by partition", lag, panelsUsing[lag], overview[lag])
+		}
+	}
+	if len(panelsUsing["bridge_stage_stalled_seconds"]) == 0 {
+		t.Error("no panel shows bridge_stage_stalled_seconds (BridgeStageStalled's series)")
+	}
+}

@@ -51,17 +51,23 @@ func loadChart(t *testing.T) *chart.Chart {
 }
 
 // valuesFile reads one of the chart's values files; "" is the defaults
-// (nothing on top of values.yaml).
+// (nothing on top of values.yaml). Files joined with "+" are layered as
+// `helm -f a -f b` layers them: a later file's fields replace an earlier
+// one's.
 func valuesFile(t *testing.T, name string) map[string]any {
 	t.Helper()
+	out := map[string]any{}
 	if name == "" {
-		return map[string]any{}
+		return out
 	}
-	v, err := chartutil.ReadValuesFile(filepath.Join(chartDir, name))
-	if err != nil {
-		t.Fatalf("read %s: %v", name, err)
+	for _, f := range strings.Split(name, "+") {
+		v, err := chartutil.ReadValuesFile(filepath.Join(chartDir, f))
+		if err != nil {
+			t.Fatalf("read %s: %v", f, err)
+		}
+		out = chartutil.MergeTables(v.AsMap(), out)
 	}
-	return v.AsMap()
+	return out
 }
 
 // render renders the chart as `helm template` (an install) would, with the
@@ -133,14 +139,32 @@ func splitDocs(s string) [][]byte {
 }
 
 // valueSets are the values every structural test runs against: the
-// defaults, every option on, and the single-Deployment mode.
-var valueSets = []string{"", "ci/all-options-values.yaml", "ci/run-mode-values.yaml"}
+// defaults (the fast lane), every option on, the single-Deployment mode,
+// and the row engine (delivery.fastLane: false) alone and with every option
+// on.
+var valueSets = []string{"", "ci/all-options-values.yaml", "ci/run-mode-values.yaml", "ci/row-engine-values.yaml", "ci/all-options-values.yaml+ci/row-engine-values.yaml"}
 
 func setName(file string) string {
 	if file == "" {
 		return "defaults"
 	}
-	return strings.TrimSuffix(filepath.Base(file), "-values.yaml")
+	var names []string
+	for _, f := range strings.Split(file, "+") {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), "-values.yaml"))
+	}
+	return strings.Join(names, "+")
+}
+
+// fastLane is whether a values set runs the fast lane (delivery.fastLane,
+// true unless a file sets it).
+func fastLane(t *testing.T, file string) bool {
+	t.Helper()
+	v := chartutil.CoalesceTables(valuesFile(t, file), loadChart(t).Values)
+	on, ok := v["delivery"].(map[string]any)["fastLane"].(bool)
+	if !ok {
+		t.Fatalf("%s: delivery.fastLane is not a boolean", setName(file))
+	}
+	return on
 }
 
 func mustRender(t *testing.T, file string) []manifest {

@@ -156,3 +156,38 @@ func TestAlertMetricsExported(t *testing.T) {
 		}
 	}
 }
+
+// Each delivery mode's lag has its alert, and each says which mode it
+// applies to: the fast lane's (WEBHOOK_FAST_LANE=true, the shipped
+// deployments) and the row engine's consumer (WEBHOOK_FAST_LANE=false).
+func TestAlertsCoverBothDeliveryModes(t *testing.T) {
+	t.Parallel()
+	groups, errs := parseRules()
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := map[string]string{
+		"bridge_fastlane_lag": "WEBHOOK_FAST_LANE=true",
+		"bridge_consumer_lag": "WEBHOOK_FAST_LANE=false",
+	}
+	found := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			for _, name := range metricNames(t, r.Alert, r.Expr) {
+				mode, ok := want[name]
+				if !ok {
+					continue
+				}
+				found[name] = true
+				if !strings.Contains(r.Annotations["description"], mode) {
+					t.Errorf("alert %s on %s: its description does not say it applies with %s", r.Alert, name, mode)
+				}
+			}
+		}
+	}
+	for name := range want {
+		if !found[name] {
+			t.Errorf("no alert on %s", name)
+		}
+	}
+}

@@ -39,15 +39,17 @@ app.kubernetes.io/part-of: outbox-bridge
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The workloads of this release: a list of dicts {name, values}; name is
-the bridge command the Deployment runs. */}}
+{{/* The workloads of this release: the bridge commands its Deployments
+run. With delivery.fastLane there is no consume stage: `bridge consume`
+refuses to start with WEBHOOK_FAST_LANE=true, since deliver reads the topics
+itself. */}}
 {{- define "outbox-bridge.stages" -}}
 {{- $out := list -}}
 {{- if eq .Values.mode "run" -}}
 {{- $out = append $out "run" -}}
 {{- else if eq .Values.mode "stages" -}}
 {{- range $s := list "relay" "consume" "deliver" -}}
-{{- if (index $.Values $s).enabled -}}
+{{- if and (index $.Values $s).enabled (not (and (eq $s "consume") $.Values.delivery.fastLane)) -}}
 {{- $out = append $out $s -}}
 {{- end -}}
 {{- end -}}
@@ -69,6 +71,19 @@ the bridge command the Deployment runs. */}}
 {{- if or (eq .stage "run") (eq .stage "deliver") -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether stage talks to Kafka (and so gets the SASL credentials and the
+TLS Secret): every stage but deliver, and deliver too with
+delivery.fastLane (a member of the consumer group). */}}
+{{- define "outbox-bridge.usesKafka" -}}
+{{- if or (ne .stage "deliver") .root.Values.delivery.fastLane -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether stage is a member of the consumer group: consume, deliver with
+delivery.fastLane, run. */}}
+{{- define "outbox-bridge.groupMember" -}}
+{{- if or (eq .stage "consume") (eq .stage "run") (and (eq .stage "deliver") .root.Values.delivery.fastLane) -}}true{{- end -}}
+{{- end -}}
+
 {{/* Checks of the values that Kubernetes would accept but the bridge could
 not use; they fail the render with a message naming the field. */}}
 {{- define "outbox-bridge.validate" -}}
@@ -76,8 +91,14 @@ not use; they fail the render with a message naming the field. */}}
 {{- if not $v.secrets.database.name -}}
 {{- fail "secrets.database.name: the Secret holding DATABASE_URL is required" -}}
 {{- end -}}
+{{- if not (kindIs "bool" $v.delivery.fastLane) -}}
+{{- fail (printf "delivery.fastLane must be true or false, not %v" $v.delivery.fastLane) -}}
+{{- end -}}
 {{- if not (has $v.admin.stage (list "relay" "consume" "deliver")) -}}
 {{- fail (printf "admin.stage must be relay, consume or deliver, not %q" $v.admin.stage) -}}
+{{- end -}}
+{{- if and $v.delivery.fastLane (eq $v.mode "stages") (eq $v.admin.stage "consume") $v.secrets.adminToken.name -}}
+{{- fail "admin.stage=consume: delivery.fastLane runs no consume stage; serve the admin API from deliver or relay" -}}
 {{- end -}}
 {{- $stages := include "outbox-bridge.stages" . | fromJsonArray -}}
 {{- if not $stages -}}
@@ -86,12 +107,21 @@ not use; they fail the render with a message naming the field. */}}
 {{- if and (or (has "deliver" $stages) (has "run" $stages) $v.secrets.adminToken.name) (not $v.secrets.secretKeys.name) (ne (toString (index $v.config "BRIDGE_ALLOW_PLAINTEXT_SECRETS" | default "")) "true") -}}
 {{- fail "secrets.secretKeys.name: the Secret holding BRIDGE_SECRET_KEYS is required (deliver and the admin API encrypt the webhook signing secrets with it); config.BRIDGE_ALLOW_PLAINTEXT_SECRETS: \"true\" stores them in plain text instead (not for production)" -}}
 {{- end -}}
-{{- $kafkaStages := without $stages "deliver" -}}
-{{- if and $kafkaStages (not $v.kafka.brokers) -}}
-{{- fail "kafka.brokers: relay and consume need at least one broker" -}}
+{{- $kafkaStages := list -}}
+{{- $members := list -}}
+{{- range $s := $stages -}}
+{{- if include "outbox-bridge.usesKafka" (dict "root" $ "stage" $s) -}}
+{{- $kafkaStages = append $kafkaStages $s -}}
 {{- end -}}
-{{- if and (or (has "consume" $stages) (has "run" $stages)) (not $v.consume.topics) -}}
-{{- fail "consume.topics: the consumer needs at least one topic" -}}
+{{- if include "outbox-bridge.groupMember" (dict "root" $ "stage" $s) -}}
+{{- $members = append $members $s -}}
+{{- end -}}
+{{- end -}}
+{{- if and $kafkaStages (not $v.kafka.brokers) -}}
+{{- fail (ternary "kafka.brokers: relay and deliver (delivery.fastLane) need at least one broker" "kafka.brokers: relay and consume need at least one broker" $v.delivery.fastLane) -}}
+{{- end -}}
+{{- if and $members (not $v.consume.topics) -}}
+{{- fail (ternary "consume.topics: deliver (delivery.fastLane) reads the consumer group's topics and needs at least one" "consume.topics: the consumer needs at least one topic" $v.delivery.fastLane) -}}
 {{- end -}}
 {{- if and $v.kafka.sasl.mechanism (not $v.secrets.kafkaSasl.name) -}}
 {{- fail "secrets.kafkaSasl.name: kafka.sasl.mechanism is set, so the Secret with the SASL credentials is required" -}}
@@ -115,6 +145,9 @@ not use; they fail the render with a message naming the field. */}}
 {{- if gt (int $v.relay.autoscaling.maxReplicas) 64 -}}
 {{- fail (printf "relay.autoscaling.maxReplicas=%v: the relay has 64 lanes" $v.relay.autoscaling.maxReplicas) -}}
 {{- end -}}
+{{- if and $v.delivery.fastLane (has "deliver" $stages) (gt (int $v.deliver.replicas) $partitions) -}}
+{{- fail (printf "deliver.replicas=%v exceeds kafka.partitions=%v: with delivery.fastLane each deliverer is a member of the consumer group, which gives each partition to one member" $v.deliver.replicas $partitions) -}}
+{{- end -}}
 {{- if gt (int $v.consume.replicas) $partitions -}}
 {{- fail (printf "consume.replicas=%v exceeds kafka.partitions=%v: a consumer group gives each partition to one member, the rest would idle" $v.consume.replicas $partitions) -}}
 {{- end -}}
@@ -133,6 +166,9 @@ not use; they fail the render with a message naming the field. */}}
 {{- if and $v.consume.autoscaling.enabled (not $v.consume.autoscaling.topic) (hasPrefix "~" (first $v.consume.topics)) -}}
 {{- fail "consume.autoscaling.topic: the first of consume.topics is a regular expression; name the topic KEDA should read the lag of" -}}
 {{- end -}}
+{{- if and $v.delivery.fastLane $v.deliver.autoscaling.enabled (not $v.deliver.autoscaling.topic) (hasPrefix "~" (first $v.consume.topics)) -}}
+{{- fail "deliver.autoscaling.topic: the first of consume.topics is a regular expression; name the topic KEDA should read the lag of" -}}
+{{- end -}}
 {{- if lt (int $v.deliver.shutdownGrace) 1 -}}
 {{- fail "deliver.shutdownGrace must be at least 1 (seconds)" -}}
 {{- end -}}
@@ -145,8 +181,16 @@ metrics and leaves leases to expire. */ -}}
 {{- fail (printf "terminationGracePeriodSeconds=%v must be above the drain (deliver.shutdownGrace %v s + 10 s of shutdown steps = %v s)" $v.terminationGracePeriodSeconds $v.deliver.shutdownGrace $drain) -}}
 {{- end -}}
 {{- range $k, $_ := $v.config -}}
-{{- if or (has $k (list "HTTP_ADDR" "DATABASE_URL" "DATABASE_MAX_CONNS" "DATABASE_CONNECT_TIMEOUT" "CONSUMER_TOPICS" "CONSUMER_GROUP" "WEBHOOK_SHUTDOWN_GRACE" "ADMIN_TOKEN" "BRIDGE_SECRET_KEYS")) (hasPrefix "KAFKA_" $k) -}}
+{{- if or (has $k (list "HTTP_ADDR" "DATABASE_URL" "DATABASE_MAX_CONNS" "DATABASE_CONNECT_TIMEOUT" "CONSUMER_TOPICS" "CONSUMER_GROUP" "WEBHOOK_SHUTDOWN_GRACE" "WEBHOOK_FAST_LANE" "ADMIN_TOKEN" "BRIDGE_SECRET_KEYS")) (hasPrefix "KAFKA_" $k) -}}
 {{- fail (printf "config.%s: the chart sets this variable from its own field (see values.yaml)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- /* One setting for every stage: a deliverer on the fast lane beside a
+consumer (or the reverse) would split the group's partitions between the
+two paths. */ -}}
+{{- range $s := list "relay" "consume" "deliver" "run" -}}
+{{- if hasKey (index $v $s).env "WEBHOOK_FAST_LANE" -}}
+{{- fail (printf "%s.env.WEBHOOK_FAST_LANE: the chart sets it for every stage from delivery.fastLane" $s) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
