@@ -3,10 +3,11 @@ package cli
 func init() {
 	registerStage(stageCommand{
 		use:   "run",
-		short: "Run relay, consume and deliver in one process",
-		long: `run is relay + consume + deliver in one process, sharing one database pool,
-one tracer provider and one ops server (HTTP_ADDR). Each part keeps its own
-guarantees and its own graceful shutdown: SIGTERM drains all three. If one part
+		short: "Run relay and deliver (and, on the row engine, consume) in one process",
+		long: `run is relay + deliver in one process (relay + consume + deliver with
+WEBHOOK_FAST_LANE=false, the row engine), sharing one database pool, one
+tracer provider and one ops server (HTTP_ADDR). Each part keeps its own
+guarantees and its own graceful shutdown: SIGTERM drains them all. If one part
 fails, the others are stopped and run exits 1.
 
 Needs DATABASE_URL (migrated schema), KAFKA_BROKERS and CONSUMER_TOPICS.`,

@@ -43,7 +43,7 @@ type stage struct {
 
 var relayStage = stage{
 	name:  "relay",
-	needs: config.Needs{Database: true, Kafka: true},
+	needs: config.CommandNeeds["relay"],
 	uses:  serviceNeeds{outbox: true, kafka: true},
 	build: func(cfg *config.Config, rt *runtime) (func(context.Context) error, func(), error) {
 		r, closeRelay, err := newRelay(cfg, rt)
@@ -56,7 +56,7 @@ var relayStage = stage{
 
 var consumeStage = stage{
 	name:  "consume",
-	needs: config.Needs{Database: true, Kafka: true, Topics: true, FanOut: true},
+	needs: config.CommandNeeds["consume"],
 	uses:  serviceNeeds{kafka: true},
 	validate: func(cfg *config.Config) error {
 		return consumer.ValidateTopics(cfg.Consumer.Topics)
@@ -74,7 +74,7 @@ var consumeStage = stage{
 
 var deliverStage = stage{
 	name:  "deliver",
-	needs: config.Needs{Database: true, Secrets: true, Delivers: true},
+	needs: config.CommandNeeds["deliver"],
 	uses:  serviceNeeds{deliveries: true},
 	validate: func(cfg *config.Config) error {
 		if !cfg.Webhook.FastLane {

@@ -26,18 +26,15 @@ var root = filepath.Join("..", "..")
 
 // bridgeCommands are the compose services that run the bridge image: the
 // command each runs and what that command needs from the configuration
-// (the same config.Needs the CLI passes to config.Load).
-var bridgeCommands = map[string]config.Needs{
-	"migrate": {Database: true},
-	"relay":   {Database: true, Kafka: true},
-	"consume": {Database: true, Kafka: true, Topics: true},
-	"deliver": {Database: true, Secrets: true},
-}
+// (config.CommandNeeds, what the CLI passes to config.Load: with the fast
+// lane on, deliver needs the brokers and topics and consume is refused).
+var bridgeCommands = map[string]config.Needs{}
 
-// fastLaneNeeds is what `bridge deliver` needs with WEBHOOK_FAST_LANE=true:
-// it is a member of the consumer group, so it checks the brokers and topics
-// at start on top of config.Load's needs for deliver.
-var fastLaneNeeds = config.Needs{Database: true, Kafka: true, Topics: true, Secrets: true}
+func init() {
+	for _, c := range []string{"migrate", "relay", "consume", "deliver"} {
+		bridgeCommands[c] = config.CommandNeeds[c]
+	}
+}
 
 // required are the variables each bridge service must set itself (the
 // rest have defaults). deliver and consume set WEBHOOK_FAST_LANE
@@ -220,7 +217,6 @@ func TestComposeBridgeEnvironment(t *testing.T) {
 			}
 			want := required[name]
 			if name == "deliver" && env["WEBHOOK_FAST_LANE"] == "true" {
-				needs = fastLaneNeeds
 				want = append(slices.Clone(want), fastLaneRequired...)
 			}
 			for _, k := range want {
@@ -281,7 +277,7 @@ func TestComposeDeliveryModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgDeliver, err := config.Load(deliver, fastLaneNeeds)
+	cfgDeliver, err := config.Load(deliver, bridgeCommands["deliver"])
 	if err != nil {
 		t.Fatal(err)
 	}

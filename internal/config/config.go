@@ -728,6 +728,18 @@ type Needs struct {
 	Delivers bool
 }
 
+// CommandNeeds is what each command that runs the pipeline asks of Load:
+// the command line's stages are built on it (`bridge run` is the union of
+// relay, consume and deliver), and the deployment checks (configcheck for
+// the Helm chart, the compose file's test) check manifests against it.
+var CommandNeeds = map[string]Needs{
+	"migrate": {Database: true},
+	"relay":   {Database: true, Kafka: true},
+	"consume": {Database: true, Kafka: true, Topics: true, FanOut: true},
+	"deliver": {Database: true, Secrets: true, Delivers: true},
+	"run":     {Database: true, Kafka: true, Topics: true, Secrets: true, Delivers: true},
+}
+
 // checkDeliveryPath is the rule between WEBHOOK_FAST_LANE and the commands:
 // each error says what an installation configured for the other path
 // (an upgrade from the row engine, the fast lane being the default) must

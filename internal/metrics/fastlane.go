@@ -47,8 +47,9 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 	queued, e12 := gauge("bridge.fastlane.queued_deliveries", "Deliveries in memory waiting for their stream's turn or a worker.", "{delivery}")
 	inFlight, e13 := gauge("bridge.fastlane.in_flight", "Fast-lane requests being sent.", "{request}")
 	heldBytes, e14 := gauge("bridge.fastlane.held_bytes", "Record bytes held in memory (bounded by the fast lane's buffer).", "By")
+	deadLettered, e16 := counter("bridge.fastlane.dead_lettered", "Records the fast lane produced to <topic>.dlq (unreadable, or refused by PostgreSQL at a hand-over).", "{record}")
 	limit, e15 := gauge("bridge.fastlane.in_flight_limit", "The member's live limit on fast-lane requests in flight (WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT; at most WEBHOOK_WORKERS).", "{request}")
-	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15); err != nil {
+	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, e16); err != nil {
 		return nil, fmt.Errorf("create fast lane instruments: %w", err)
 	}
 	groupAttr := attribute.String("group", group)
@@ -59,6 +60,7 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 		o.ObserveInt64(failed, st.Failed)
 		o.ObserveInt64(handed, st.HandedOver)
 		o.ObserveInt64(dups, st.Duplicates)
+		o.ObserveInt64(deadLettered, st.DeadLettered)
 		o.ObserveInt64(unparked, st.Unparked)
 		o.ObserveInt64(limit, st.InFlightLimit)
 		g := l.Gauges()
@@ -78,7 +80,7 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 			o.ObserveInt64(isolated, int64(p.Isolated), attrs)
 		}
 		return nil
-	}, records, delivered, failed, handed, dups, unparked, lag, settled, held, isolated, parked, queued, inFlight, heldBytes, limit)
+	}, records, delivered, failed, handed, dups, deadLettered, unparked, lag, settled, held, isolated, parked, queued, inFlight, heldBytes, limit)
 	if err != nil {
 		return nil, fmt.Errorf("register fast lane instruments: %w", err)
 	}

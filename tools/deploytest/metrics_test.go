@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -53,8 +54,16 @@ func exportedMetric(t *testing.T, name string) bool {
 	t.Helper()
 	exportedOnce.Do(func() {
 		exported.registered, exported.err = registeredMetrics(filepath.Join(root, "internal", "metrics"))
-		if exported.err == nil {
-			exported.scraped, exported.err = scrapeRunningBridge(t)
+		// Both delivery paths: the fast lane (the default) exports the
+		// bridge_fastlane_* series, the row engine the consumer's.
+		exported.scraped = map[string]bool{}
+		for _, fastLane := range []bool{true, false} {
+			if exported.err != nil {
+				break
+			}
+			var names map[string]bool
+			names, exported.err = scrapeRunningBridge(t, fastLane)
+			maps.Copy(exported.scraped, names)
 		}
 	})
 	if exported.err != nil {
@@ -186,11 +195,12 @@ func TestRegisteredMetrics(t *testing.T) {
 
 const defaultDatabaseURL = "postgres://bridge:bridge@127.0.0.1:5432/bridge?sslmode=disable"
 
-// scrapeRunningBridge builds the bridge, runs `bridge run` against a
+// scrapeRunningBridge builds the bridge, runs `bridge run` (the fast lane or
+// the row engine) against a
 // database of its own on the test PostgreSQL and the test Kafka, carries one
 // event from the outbox to a webhook receiver, and returns the metric names
 // on its /metrics.
-func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
+func scrapeRunningBridge(t *testing.T, fastLane bool) (map[string]bool, error) {
 	// Built before the clock starts: on a cold build cache on a busy
 	// machine the build alone can take minutes.
 	bin, err := cachedBinary(root, "./cmd/bridge")
@@ -253,6 +263,7 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		"OTEL_SDK_DISABLED=true",
 		"OTEL_METRICS_EXPORTER=none",
 		"LOG_LEVEL=warn",
+		"WEBHOOK_FAST_LANE="+strconv.FormatBool(fastLane),
 	)
 	migrate := exec.CommandContext(ctx, bin, "migrate")
 	migrate.Env = env
@@ -331,12 +342,17 @@ func scrapeRunningBridge(t *testing.T) (map[string]bool, error) {
 		return fail(fmt.Errorf("the webhook never arrived: %w", ctx.Err()))
 	}
 
-	// The attempt's counter and the consumer's lag (read from Kafka at most
-	// every 10 s) are on /metrics a little after the webhook arrived.
+	// The attempt's counter and the lag (the consumer's is read from Kafka
+	// at most every 10 s; the fast lane's from its memory) are on /metrics a
+	// little after the webhook arrived.
+	lag := "bridge_consumer_lag"
+	if fastLane {
+		lag = "bridge_fastlane_lag"
+	}
 	var names map[string]bool
 	if err := waitFor(ctx, func() bool {
 		names, err = scrape(base + "/metrics")
-		return err == nil && names["bridge_delivery_attempts_total"] && names["bridge_consumer_lag"]
+		return err == nil && names["bridge_delivery_attempts_total"] && names[lag]
 	}); err != nil {
 		if err == nil {
 			err = ctx.Err()

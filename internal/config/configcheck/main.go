@@ -29,14 +29,6 @@ import (
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
-// needs is what each command asks of config.Load (internal/cli).
-var needs = map[string]config.Needs{
-	"migrate": {Database: true},
-	"relay":   {Database: true, Kafka: true},
-	"consume": {Database: true, Kafka: true, Topics: true, FanOut: true},
-	"deliver": {Database: true, Secrets: true, Delivers: true},
-	"run":     {Database: true, Kafka: true, Topics: true, Secrets: true, Delivers: true},
-}
 
 type request struct {
 	Environments []struct {
@@ -66,7 +58,7 @@ func check(in io.Reader) (response, error) {
 	}
 	resp := response{Vars: config.Vars(), TracingVars: config.TracingVars, Results: []result{}}
 	for _, e := range req.Environments {
-		n, ok := needs[e.Command]
+		n, ok := config.CommandNeeds[e.Command]
 		if !ok {
 			return response{}, fmt.Errorf("environment %q: unknown command %q", e.Name, e.Command)
 		}

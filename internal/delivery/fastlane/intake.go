@@ -211,5 +211,9 @@ func (l *Lane) produceDeadLetters(ctx context.Context, recs []*kgo.Record, reaso
 		out[i] = &kgo.Record{Topic: r.Topic + contract.DeadLetterSuffix, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
 		l.log.WarnContext(ctx, "record dead-lettered", "reason", reasons[i], "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
 	}
-	return l.client.ProduceSync(ctx, out...).FirstErr()
+	if err := l.client.ProduceSync(ctx, out...).FirstErr(); err != nil {
+		return err
+	}
+	l.stats.deadLettered.Add(int64(len(out)))
+	return nil
 }

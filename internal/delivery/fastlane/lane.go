@@ -94,7 +94,7 @@ type Lane struct {
 }
 
 type counters struct {
-	records, delivered, failed, handedOver, duplicates, unparked atomic.Int64
+	records, delivered, failed, handedOver, duplicates, unparked, deadLettered atomic.Int64
 	isolations, cut                                              atomic.Int64
 	limit, limitLowest, limitHighest                             atomic.Int64
 	// What the member's own services did: polls that returned records,

@@ -213,7 +213,7 @@ func TestFastLaneDeadLettersARecordPostgreSQLRefusesAtHandOver(t *testing.T) {
 		}
 		return http.StatusNoContent, 0
 	}
-	w.lane(t, nil)
+	l, _ := w.lane(t, nil)
 	w.slowLane(t, nil)
 	asset := "asset-001"
 	var recs []*kgo.Record
@@ -235,6 +235,10 @@ func TestFastLaneDeadLettersARecordPostgreSQLRefusesAtHandOver(t *testing.T) {
 	dlq := kafkatest.ConsumeAll(t, w.brokers, w.topic+contract.DeadLetterSuffix, 1, 30*time.Second)
 	if got := string(dlq[0].Value); got != string(recs[1].Value) {
 		t.Fatalf("dead letter %q, want the refused record %q", got, recs[1].Value)
+	}
+	// bridge_fastlane_dead_lettered_total counts it.
+	if n := l.Stats().DeadLettered; n != 1 {
+		t.Errorf("%d records counted as dead-lettered, want 1", n)
 	}
 	testkit.Eventually(t, 10*time.Second, func() string {
 		c, end := w.committed(t)

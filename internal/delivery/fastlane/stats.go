@@ -16,6 +16,9 @@ type Stats struct {
 	Failed     int64 // attempts that failed (each parked its stream)
 	HandedOver int64 // deliveries written to bridge.deliveries
 	Duplicates int64 // adjacent repeats of a dedup-id dropped
+	// DeadLettered: records produced to "<topic>.dlq" (unreadable, or
+	// refused by PostgreSQL at a hand-over).
+	DeadLettered int64
 	Unparked   int64 // streams that came back from the slow lane
 	// Isolations: (subscription, partition) pairs handed to the slow lane
 	// as a whole (see Config.IsolateAfter, Config.HoldLimit); Cut: requests
@@ -38,6 +41,7 @@ func (l *Lane) Stats() Stats {
 	return Stats{
 		Records: l.stats.records.Load(), Delivered: l.stats.delivered.Load(), Failed: l.stats.failed.Load(),
 		HandedOver: l.stats.handedOver.Load(), Duplicates: l.stats.duplicates.Load(), Unparked: l.stats.unparked.Load(),
+		DeadLettered: l.stats.deadLettered.Load(),
 		Isolations: l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
 		InFlightLimit: l.stats.limit.Load(), InFlightLimitLowest: l.stats.limitLowest.Load(),
 		InFlightLimitHighest: l.stats.limitHighest.Load(),
