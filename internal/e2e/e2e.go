@@ -25,6 +25,7 @@ import (
 
 	"github.com/outboxbridge/bridge/internal/consumer"
 	"github.com/outboxbridge/bridge/internal/delivery"
+	"github.com/outboxbridge/bridge/internal/delivery/fastlane"
 	"github.com/outboxbridge/bridge/internal/delivery/store"
 	"github.com/outboxbridge/bridge/internal/logging"
 	"github.com/outboxbridge/bridge/internal/metrics"
@@ -198,6 +199,47 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 	p.wg.Go(func() {
 		if err := c.Run(p.ctx); err != nil {
 			p.T.Errorf("consumer.Run: %v", err)
+		}
+	})
+	p.wg.Go(func() {
+		if err := d.Run(p.ctx); err != nil {
+			p.T.Errorf("deliverer.Run: %v", err)
+		}
+	})
+}
+
+// StartFastLane starts the deliverer as `bridge deliver` runs it by default
+// (WEBHOOK_FAST_LANE): a fast-lane member of the topic's group posting from
+// memory, beside the slow lane serving the streams it parks. It replaces
+// StartConsumerAndDeliverer.
+func (p *Pipeline) StartFastLane() {
+	p.T.Helper()
+	l, err := fastlane.New(p.DB.Pool, []kgo.Opt{kgo.SeedBrokers(p.Brokers...)}, fastlane.Config{
+		Group:          "g-" + p.Topic,
+		Topics:         []string{p.Topic},
+		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
+		Timeout:        5 * time.Second,
+		TracerProvider: p.DeliverTP,
+		Logger:         logger(p.T, p.DeliverLog),
+	})
+	if err != nil {
+		p.T.Fatalf("fastlane.New: %v", err)
+	}
+	d, err := delivery.NewDeliverer(p.DB.Pool, delivery.Config{
+		RetrySchedule:  []time.Duration{},
+		PollInterval:   50 * time.Millisecond,
+		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		TracerProvider: p.DeliverTP,
+		Logger:         logger(p.T, p.DeliverLog),
+		Timeout:        5 * time.Second,
+	})
+	if err != nil {
+		p.T.Fatalf("delivery.NewDeliverer: %v", err)
+	}
+	p.wg.Go(func() {
+		if err := l.Run(p.ctx); err != nil {
+			p.T.Errorf("fastlane.Run: %v", err)
 		}
 	})
 	p.wg.Go(func() {

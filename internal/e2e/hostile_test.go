@@ -62,9 +62,16 @@ func lengthsAround(bound int) []int { return []int{bound, bound + 1, 2680, 3 * 1
 // with ordinary events, on the real services. Every ordinary event is
 // delivered, in order per asset; each hostile one ends refused at entry,
 // delivered (a value at its bound is a valid event), parked FAILED, or
-// dead-lettered — never stuck. The seed is logged; BRIDGE_HOSTILE_SEED
-// replays a run.
+// dead-lettered — never stuck. On both delivery paths: the fast lane (the
+// default, decoding each record in memory) and the row engine's consumer.
+// The seed is logged; BRIDGE_HOSTILE_SEED replays a run.
 func TestHostileValuesNeverHoldBackOrdinaryEvents(t *testing.T) {
+	t.Run("fast lane", func(t *testing.T) { testHostileValues(t, (*e2e.Pipeline).StartFastLane) })
+	t.Run("row engine", func(t *testing.T) { testHostileValues(t, (*e2e.Pipeline).StartConsumerAndDeliverer) })
+}
+
+// testHostileValues is the test on one delivery path: start starts it.
+func testHostileValues(t *testing.T, start func(*e2e.Pipeline)) {
 	p := realPipeline(t, 2, false, e2e.Config{})
 	kafkatest.CreateTopicNamed(t, p.Brokers, p.Topic+contract.DeadLetterSuffix, 1, nil)
 	seed := uint64(time.Now().UnixNano())
@@ -74,7 +81,7 @@ func TestHostileValuesNeverHoldBackOrdinaryEvents(t *testing.T) {
 	t.Logf("seed %d (BRIDGE_HOSTILE_SEED=%d replays this run)", seed, seed)
 	r := rand.New(rand.NewPCG(seed, seed))
 	ctx := context.Background()
-	p.StartConsumerAndDeliverer()
+	start(p)
 	p.StartRelay(0)
 	producer := kafkatest.Client(t, p.Brokers)
 
