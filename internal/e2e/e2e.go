@@ -214,9 +214,13 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 // StartConsumerAndDeliverer.
 func (p *Pipeline) StartFastLane() {
 	p.T.Helper()
+	topics := []string{p.Topic}
+	if p.OperationsTopic != "" {
+		topics = append(topics, p.OperationsTopic)
+	}
 	l, err := fastlane.New(p.DB.Pool, []kgo.Opt{kgo.SeedBrokers(p.Brokers...)}, fastlane.Config{
 		Group:          "g-" + p.Topic,
-		Topics:         []string{p.Topic},
+		Topics:         topics,
 		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
 		Timeout:        5 * time.Second,
@@ -233,6 +237,9 @@ func (p *Pipeline) StartFastLane() {
 		TracerProvider: p.DeliverTP,
 		Logger:         logger(p.T, p.DeliverLog),
 		Timeout:        5 * time.Second,
+
+		OperationsTopic: p.OperationsTopic,
+		DisableAfter:    p.DisableAfter,
 	})
 	if err != nil {
 		p.T.Fatalf("delivery.NewDeliverer: %v", err)

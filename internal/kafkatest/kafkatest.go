@@ -157,6 +157,33 @@ func ConsumeAll(t testing.TB, brokers []string, topic string, want int, timeout 
 	return out
 }
 
+// GroupBehind is how many records of topics group has not committed past:
+// the topics' end offsets minus the group's committed offsets (a partition
+// without a commit counts from 0).
+func GroupBehind(t testing.TB, brokers []string, group string, topics ...string) int64 {
+	t.Helper()
+	adm := kadm.NewClient(Client(t, brokers))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("fetch offsets of %s: %v", group, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	var behind int64
+	ends.Each(func(o kadm.ListedOffset) {
+		committed := int64(0)
+		if c, ok := offs.Lookup(o.Topic, o.Partition); ok && c.Err == nil {
+			committed = c.At
+		}
+		behind += o.Offset - committed
+	})
+	return behind
+}
+
 // Backend is one Kafka implementation a suite runs against. Run a suite over
 // every backend with RunBackends, so one set of tests proves behaviour
 // against kfake (in process, fresh per test) and the real Apache Kafka

@@ -110,9 +110,14 @@ type Parked struct {
 
 // upsertMarkersSQL writes new parks in (subscription, asset) order (the order
 // every writer takes marker rows in) and holds their row locks to COMMIT.
+// A subscription deleted since the fast lane read its routes gets no marker:
+// its foreign key would fail the whole hand-over, again at every retry.
 const upsertMarkersSQL = `
 INSERT INTO bridge.delivery_parks AS p (subscription_id, asset_key, topic, kafka_partition, kafka_offset)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+SELECT m.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+  AS m(subscription_id, asset_key, topic, kafka_partition, kafka_offset)
+WHERE EXISTS (SELECT 1 FROM bridge.subscriptions s WHERE s.id = m.subscription_id)
+ORDER BY m.subscription_id, m.asset_key
 ON CONFLICT (subscription_id, asset_key) DO UPDATE
   SET kafka_partition = excluded.kafka_partition, kafka_offset = excluded.kafka_offset`
 
@@ -128,6 +133,14 @@ FOR UPDATE OF p`
 
 // insertParkedSQL writes handed-over deliveries in array order (their seq
 // follows it: the stream's partition order).
+//
+// Only for subscriptions that exist and are enabled when the hand-over
+// commits: a disabled subscription gets nothing queued while it is disabled
+// (the rule of the row engine's consumer), including what the fast lane
+// routed to it with routes read before the disable — the announcement of
+// its own disable, routed to it, would otherwise wait as a pending row for
+// as long as it stays disabled. A deleted one's rows would fail the foreign
+// key.
 //
 // A delivery appended behind its stream's pending head (attempts 0) is not
 // due before that head: it takes the head's next_attempt_at when that is
@@ -166,6 +179,7 @@ SELECT r.subscription_id, r.event_id, r.event_type, r.topic, r.asset_id, r.asset
             ELSE now() + r.retry_us * interval '1 microsecond' END,
        r.status_code, nullif(r.error, '')
 FROM r LEFT JOIN heads h ON h.subscription_id = r.subscription_id AND h.asset_key = coalesce(r.asset_id, '')
+WHERE EXISTS (SELECT 1 FROM bridge.subscriptions s WHERE s.id = r.subscription_id AND s.enabled)
 ORDER BY r.ord
 ON CONFLICT (subscription_id, event_id) DO NOTHING`
 
