@@ -65,6 +65,11 @@ drain (latency: produce → received). --member-processes runs each member
 as a ` + "`bridge deliver`" + ` process of its own (its own Go runtime, as a user runs
 replicas) instead of in the bench's process; the CPU per delivery is then
 reported for the members and for the bench's process (the receiver) apart.
+Either way each member's partitions, deliveries (the receiver's counts per
+partition), last delivery and longest run without one are reported, with
+whether the group's assignment changed during the drain, the machine's CPU
+per delivery that none of the measured processes spent and the machine's
+busy share in the second before the drain (something else running).
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL,
@@ -224,6 +229,11 @@ allowed for the receiver.`,
 			rows = append(rows, []string{"in-flight limit: members' sum over the drain (median, range); one member's range",
 				fmt.Sprintf("%s: %d (%d–%d); %d–%d", res.InFlightLimitMode, res.InFlightLimitSumMedian, res.InFlightLimitSumLowest,
 					res.InFlightLimitSumHighest, res.InFlightLimitMemberLowest, res.InFlightLimitMemberHighest)})
+			rows = append(rows, []string{"CPU per delivery outside the measured processes (µs); machine busy the second before the drain",
+				fmt.Sprintf("%.0f; %.0f%%", res.UnattributedCPUMicrosPerDelivery, 100*res.MachineBusyBeforeFraction)})
+			rows = append(rows, []string{"members: partitions / deliveries / last delivery (s) / longest gap (s)",
+				fmt.Sprintf("%v / %v / %v / %v (reassigned during the drain: %v)", res.MemberPartitions, res.MemberDeliveries,
+					res.MemberDoneSeconds, res.MemberLongestGapSeconds, res.GroupReassignedDuringDrain)})
 		}
 		for _, iv := range res.LiveIntervals {
 			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),
