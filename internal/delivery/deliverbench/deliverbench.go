@@ -92,6 +92,13 @@ type FastLaneOptions struct {
 	// (its scheduler and collector) for all of them and the receiver.
 	Member      func(env []string) *exec.Cmd
 	DatabaseURL string
+	// QuietBelow, when above 0, holds the backlog's commit until the
+	// machine's cores were busy less than this share over one second (the
+	// members idle; at most QuietWait, default 60 s): a drain that starts
+	// while another program keeps the cores busy measures that program as
+	// much as the members.
+	QuietBelow float64
+	QuietWait  time.Duration
 }
 
 // Result is what a run measured.
@@ -215,6 +222,11 @@ type Result struct {
 	// A run whose figure is high shared the cores with something else.
 	UnattributedCPUMicrosPerDelivery float64 `json:"unattributed_cpu_us_per_delivery"`
 	MachineBusyBeforeFraction        float64 `json:"machine_busy_before_fraction"`
+	// QuietWaitSeconds: how long the commit waited for the machine to be
+	// quiet (FastLaneOptions.QuietBelow); QuietTimedOut: it was not quiet
+	// within QuietWait and the drain started anyway.
+	QuietWaitSeconds float64 `json:"quiet_wait_seconds"`
+	QuietTimedOut    bool    `json:"quiet_timed_out"`
 	// This process's Go runtime over the drain: garbage collections, the
 	// collector's CPU per delivery, the share of its Ps' time idle (of
 	// /cpu/classes/total: the runtime's estimate, brought up to date at

@@ -237,16 +237,31 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	if err != nil {
 		return nil, err
 	}
-	if busy0, all0, ok := machineCPU(); ok {
+	quiet := time.Now()
+	for {
+		busy0, all0, ok := machineCPU()
+		if !ok {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(time.Second):
 		}
-		if busy1, all1, ok := machineCPU(); ok && all1 > all0 {
-			res.MachineBusyBeforeFraction = float64(busy1-busy0) / float64(all1-all0)
+		busy1, all1, ok := machineCPU()
+		if !ok || all1 <= all0 {
+			break
+		}
+		res.MachineBusyBeforeFraction = float64(busy1-busy0) / float64(all1-all0)
+		if o.Kafka.QuietBelow <= 0 || res.MachineBusyBeforeFraction < o.Kafka.QuietBelow {
+			break
+		}
+		if time.Since(quiet) >= cmp.Or(o.Kafka.QuietWait, time.Minute) {
+			res.QuietTimedOut = true
+			break
 		}
 	}
+	res.QuietWaitSeconds = time.Since(quiet).Seconds() - 1
 	dbName := pool.Config().ConnConfig.Database
 	pgBefore, pgOK := postgresCPU(dbName)
 	selfBefore := selfCPU()
