@@ -200,8 +200,10 @@ type Result struct {
 	// processes of their own (FastLaneOptions.Member), and
 	// MembersCPUMicrosPerDelivery is their CPU per delivery over the drain;
 	// process_cpu_us_per_delivery is then this process's alone (the
-	// receiver, its server and the bench). The in-flight limits, member
-	// figures and services' counts below are the in-process members' only.
+	// receiver, its server and the bench). The in-flight limits and the
+	// services' counts below are the in-process members' only; each
+	// member's deliveries and last delivery are the receiver's for member
+	// processes (see PartitionDeliveries).
 	MemberProcesses             bool    `json:"member_processes"`
 	MembersCPUMicrosPerDelivery float64 `json:"members_cpu_us_per_delivery"`
 	// Where a drain's CPU goes beyond this process and PostgreSQL (the
