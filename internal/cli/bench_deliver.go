@@ -65,6 +65,11 @@ drain (latency: produce → received). --member-processes runs each member
 as a ` + "`bridge deliver`" + ` process of its own (its own Go runtime, as a user runs
 replicas) instead of in the bench's process; the CPU per delivery is then
 reported for the members and for the bench's process (the receiver) apart.
+Either way each member's partitions, deliveries (the receiver's counts per
+partition), last delivery and longest run without one are reported, with
+whether the group's assignment changed during the drain, the machine's CPU
+per delivery that none of the measured processes spent and the machine's
+busy share in the second before the drain (something else running).
 
 WEBHOOK_* settings apply (WEBHOOK_WORKERS, WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
 WEBHOOK_CLAIM_LOOPS, WEBHOOK_CLAIM_BYTES, WEBHOOK_POLL_INTERVAL,
@@ -96,6 +101,8 @@ allowed for the receiver.`,
 	engine := c.Flags().String("engine", "postgres", "postgres (every delivery a claimed row) or kafka (the fast lane)")
 	partitions := c.Flags().Int32("partitions", 12, "partitions of the bench topic (--engine kafka)")
 	processes := c.Flags().Bool("member-processes", false, "run the fast lane's members as `bridge deliver` processes of their own, as a user runs replicas, instead of in this process (--engine kafka)")
+	quietBelow := c.Flags().Float64("quiet-below", 0, "hold the backlog's commit (up to --quiet-wait) until the machine's cores were busy less than this share over a second, the members idle (--engine kafka; 0: do not wait)")
+	quietWait := c.Flags().Duration("quiet-wait", time.Minute, "the longest --quiet-below waits before the drain starts anyway")
 	profile := c.Flags().String("profile", "", "path prefix: write this process's CPU profile (PREFIX.cpu) and allocations (PREFIX.allocs, base PREFIX.allocs.base) over the drain (--engine kafka)")
 	runWithOutput(c, func(cmd *cobra.Command, _ []string, out string) error {
 		if *subs < 1 || *assets < 1 || *events < 0 || *live < 0 || *rate < 1 || *conns < 2 {
@@ -128,7 +135,7 @@ allowed for the receiver.`,
 				return err
 			}
 			fast = &deliverbench.FastLaneOptions{KafkaOpts: kopts, Partitions: *partitions,
-				InFlightLimit: cfg.Webhook.FastLaneInFlightLimit}
+				InFlightLimit: cfg.Webhook.FastLaneInFlightLimit, QuietBelow: *quietBelow, QuietWait: *quietWait}
 		}
 		if *processes && *engine != "kafka" {
 			return UsageErrorf("--member-processes needs --engine kafka")
@@ -224,6 +231,12 @@ allowed for the receiver.`,
 			rows = append(rows, []string{"in-flight limit: members' sum over the drain (median, range); one member's range",
 				fmt.Sprintf("%s: %d (%d–%d); %d–%d", res.InFlightLimitMode, res.InFlightLimitSumMedian, res.InFlightLimitSumLowest,
 					res.InFlightLimitSumHighest, res.InFlightLimitMemberLowest, res.InFlightLimitMemberHighest)})
+			rows = append(rows, []string{"CPU per delivery outside the measured processes (µs); machine busy the second before the drain",
+				fmt.Sprintf("%.0f; %.0f%% (waited %.1fs for quiet, timed out: %v)", res.UnattributedCPUMicrosPerDelivery,
+					100*res.MachineBusyBeforeFraction, res.QuietWaitSeconds, res.QuietTimedOut)})
+			rows = append(rows, []string{"members: partitions / deliveries / last delivery (s) / longest gap (s)",
+				fmt.Sprintf("%v / %v / %v / %v (reassigned during the drain: %v)", res.MemberPartitions, res.MemberDeliveries,
+					res.MemberDoneSeconds, res.MemberLongestGapSeconds, res.GroupReassignedDuringDrain)})
 		}
 		for _, iv := range res.LiveIntervals {
 			rows = append(rows, []string{fmt.Sprintf("live from %.0fs", iv.FromSeconds),

@@ -92,6 +92,13 @@ type FastLaneOptions struct {
 	// (its scheduler and collector) for all of them and the receiver.
 	Member      func(env []string) *exec.Cmd
 	DatabaseURL string
+	// QuietBelow, when above 0, holds the backlog's commit until the
+	// machine's cores were busy less than this share over one second (the
+	// members idle; at most QuietWait, default 60 s): a drain that starts
+	// while another program keeps the cores busy measures that program as
+	// much as the members.
+	QuietBelow float64
+	QuietWait  time.Duration
 }
 
 // Result is what a run measured.
@@ -193,8 +200,10 @@ type Result struct {
 	// processes of their own (FastLaneOptions.Member), and
 	// MembersCPUMicrosPerDelivery is their CPU per delivery over the drain;
 	// process_cpu_us_per_delivery is then this process's alone (the
-	// receiver, its server and the bench). The in-flight limits, member
-	// figures and services' counts below are the in-process members' only.
+	// receiver, its server and the bench). The in-flight limits and the
+	// services' counts below are the in-process members' only; each
+	// member's deliveries and last delivery are the receiver's for member
+	// processes (see PartitionDeliveries).
 	MemberProcesses             bool    `json:"member_processes"`
 	MembersCPUMicrosPerDelivery float64 `json:"members_cpu_us_per_delivery"`
 	// Where a drain's CPU goes beyond this process and PostgreSQL (the
@@ -205,6 +214,21 @@ type Result struct {
 	MachineCPUMicrosPerDelivery float64 `json:"machine_cpu_us_per_delivery"`
 	MachineBusyFraction         float64 `json:"machine_busy_fraction"`
 	KafkaCPUMicrosPerDelivery   float64 `json:"kafka_cpu_us_per_delivery"`
+	// What ran beside the drain: the machine's busy CPU per delivery that
+	// none of the measured processes (this one, the member processes,
+	// PostgreSQL's backends of the run's database, the brokers) spent —
+	// another program, kernel threads, PostgreSQL's own background
+	// processes (as member processes only: in-process members are in this
+	// process) — and the share of the machine's cores busy over the second
+	// before the backlog's commit, when the members have nothing to do.
+	// A run whose figure is high shared the cores with something else.
+	UnattributedCPUMicrosPerDelivery float64 `json:"unattributed_cpu_us_per_delivery"`
+	MachineBusyBeforeFraction        float64 `json:"machine_busy_before_fraction"`
+	// QuietWaitSeconds: how long the commit waited for the machine to be
+	// quiet (FastLaneOptions.QuietBelow); QuietTimedOut: it was not quiet
+	// within QuietWait and the drain started anyway.
+	QuietWaitSeconds float64 `json:"quiet_wait_seconds"`
+	QuietTimedOut    bool    `json:"quiet_timed_out"`
 	// This process's Go runtime over the drain: garbage collections, the
 	// collector's CPU per delivery, the share of its Ps' time idle (of
 	// /cpu/classes/total: the runtime's estimate, brought up to date at
@@ -230,6 +254,21 @@ type Result struct {
 	OffsetCommits          int64     `json:"offset_commits"`
 	MemberDeliveries       []int64   `json:"member_deliveries,omitempty"`
 	MemberDoneSeconds      []float64 `json:"member_done_seconds,omitempty"`
+	// What the receiver saw per partition of the bench topic (the fast
+	// lane, both ways of running the members): each partition's backlog
+	// deliveries; per member (in-process: the lanes' order; as processes:
+	// the group's members in member-id order, and member_deliveries /
+	// member_done_seconds are then the receiver's counts in 100-ms
+	// buckets) the partitions it owned at the backlog's commit and its
+	// longest run of 100-ms buckets without a delivery between its first
+	// and its last (a rebalance, a stall), and its deliveries in each half
+	// second from the backlog's commit; and whether the group's
+	// assignment at the drain's end differed from the one at its start.
+	PartitionDeliveries        []int64   `json:"partition_deliveries,omitempty"`
+	MemberPartitions           []int     `json:"member_partitions,omitempty"`
+	MemberLongestGapSeconds    []float64 `json:"member_longest_gap_seconds,omitempty"`
+	MemberTimeline             [][]int64 `json:"member_deliveries_per_half_second,omitempty"`
+	GroupReassignedDuringDrain bool      `json:"group_reassigned_during_drain"`
 }
 
 // LiveInterval is the length of one of Result.LiveIntervals.
@@ -278,6 +317,9 @@ type receiver struct {
 	// none yet).
 	firstBacklog atomic.Int64
 	live         atomic.Int64
+	// meter counts the backlog's deliveries per partition (the fast lane;
+	// nil: not counted).
+	meter atomic.Pointer[partitionMeter]
 }
 
 func newReceiver(subscriptions, failing, slow int, slowDelay time.Duration) *receiver {
@@ -319,6 +361,9 @@ func newReceiver(subscriptions, failing, slow int, slowDelay time.Duration) *rec
 		} else {
 			if rc.backlog.Add(1) == 1 {
 				rc.firstBacklog.Store(r.Received.UnixNano())
+			}
+			if m := rc.meter.Load(); m != nil {
+				m.observe(r.Envelope.AssetID, r.Received)
 			}
 		}
 	}

@@ -191,9 +191,17 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	seqs := make([]int64, o.Assets)
 	start := time.Now()
 	batch := make([]*kgo.Record, 0, 10000)
+	// assetPart: each asset's partition, for the receiver's per-partition
+	// counts.
+	assetPart := make([]int32, o.Assets)
 	flush := func() error {
 		if err := txn.ProduceSync(ctx, batch...).FirstErr(); err != nil {
 			return fmt.Errorf("produce backlog: %w", err)
+		}
+		for _, r := range batch {
+			if i, err := strconv.Atoi(strings.TrimPrefix(string(r.Key), "asset-")); err == nil && i >= 0 && i < len(assetPart) {
+				assetPart[i] = r.Partition
+			}
 		}
 		batch = batch[:0]
 		return nil
@@ -229,6 +237,31 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	if err != nil {
 		return nil, err
 	}
+	quiet := time.Now()
+	for {
+		busy0, all0, ok := machineCPU()
+		if !ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		busy1, all1, ok := machineCPU()
+		if !ok || all1 <= all0 {
+			break
+		}
+		res.MachineBusyBeforeFraction = float64(busy1-busy0) / float64(all1-all0)
+		if o.Kafka.QuietBelow <= 0 || res.MachineBusyBeforeFraction < o.Kafka.QuietBelow {
+			break
+		}
+		if time.Since(quiet) >= cmp.Or(o.Kafka.QuietWait, time.Minute) {
+			res.QuietTimedOut = true
+			break
+		}
+	}
+	res.QuietWaitSeconds = time.Since(quiet).Seconds() - 1
 	dbName := pool.Config().ConnConfig.Database
 	pgBefore, pgOK := postgresCPU(dbName)
 	selfBefore := selfCPU()
@@ -247,8 +280,26 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}
 	defer prof.stop() //nolint:errcheck // stopped (and its error returned) after the drain
 	res.BaselineHeapMiB = bench.MiB(bench.HeapInuseNow())
+	// Who owns which partitions as the drain starts: the group's view for
+	// member processes, the lanes' own for in-process members.
+	ownedAtStart := groupAssignment(ctx, adm, group, topic)
+	owned := ownedAtStart
+	if procs == nil {
+		owned = nil
+		for _, l := range lanes {
+			var ps []int32
+			for _, g := range l.Gauges().Partitions {
+				if g.Topic == topic {
+					ps = append(ps, g.Partition)
+				}
+			}
+			owned = append(owned, ps)
+		}
+	}
 	heap := bench.WatchHeap(20 * time.Millisecond)
 	start = time.Now()
+	meter := newPartitionMeter(assetPart, int(parts), start, o.Timeout)
+	rc.meter.Store(meter)
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		heap.Stop()
 		return nil, fmt.Errorf("commit the backlog's transaction: %w", err)
@@ -272,6 +323,14 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 		return nil, fmt.Errorf("backlog not delivered (%d of %d): %w", rc.backlog.Load(), healthy, err)
 	}
 	res.DrainSeconds = time.Since(start).Seconds()
+	res.GroupReassignedDuringDrain = !sameAssignment(ownedAtStart, groupAssignment(ctx, adm, group, topic))
+	{
+		inProcess := Result{MemberDeliveries: res.MemberDeliveries, MemberDoneSeconds: res.MemberDoneSeconds}
+		meter.fill(owned, res)
+		if procs == nil {
+			res.MemberDeliveries, res.MemberDoneSeconds = inProcess.MemberDeliveries, inProcess.MemberDoneSeconds
+		}
+	}
 	res.FirstDeliverySeconds = time.Unix(0, rc.firstBacklog.Load()).Sub(start).Seconds()
 	res.DeliveriesPerSecond = float64(healthy) / res.DrainSeconds
 	if err := prof.stop(); err != nil {
@@ -292,6 +351,10 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	}
 	if kafkaAfter, ok := brokerCPU(); ok && kafkaOK {
 		res.KafkaCPUMicrosPerDelivery = float64((kafkaAfter - kafkaBefore).Microseconds()) / float64(res.Events)
+	}
+	if res.MachineCPUMicrosPerDelivery > 0 && (procs == nil || res.MembersCPUMicrosPerDelivery > 0) {
+		res.UnattributedCPUMicrosPerDelivery = res.MachineCPUMicrosPerDelivery - res.ProcessCPUMicrosPerDelivery -
+			res.MembersCPUMicrosPerDelivery - res.PostgresCPUMicrosPerDelivery - res.KafkaCPUMicrosPerDelivery
 	}
 	goAfter.since(goBefore, res.Events, res)
 	statsAfter := laneStats(lanes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,27 @@ func TestRunFastLaneMemberProcesses(t *testing.T) {
 	}
 	if res.MembersCPUMicrosPerDelivery <= 0 {
 		t.Fatalf("members' CPU per delivery %.1f µs: not measured", res.MembersCPUMicrosPerDelivery)
+	}
+	// Each member process's share, from the receiver's counts per
+	// partition and the group's assignment: 6 partitions, 3 each, every
+	// delivery of the backlog counted once, and no reassignment (the group
+	// formed before the drain).
+	var parts, members, perPartition int64
+	for _, n := range res.MemberPartitions {
+		parts += int64(n)
+	}
+	for _, n := range res.MemberDeliveries {
+		members += n
+	}
+	for _, n := range res.PartitionDeliveries {
+		perPartition += n
+	}
+	if !slices.Equal(res.MemberPartitions, []int{3, 3}) || parts != 6 || len(res.PartitionDeliveries) != 6 ||
+		members != int64(res.Events) || perPartition != int64(res.Events) || len(res.MemberDoneSeconds) != 2 {
+		t.Fatalf("member partitions %v, member deliveries %v (sum %d), partition deliveries %v (sum %d), done %v; backlog %d",
+			res.MemberPartitions, res.MemberDeliveries, members, res.PartitionDeliveries, perPartition, res.MemberDoneSeconds, res.Events)
+	}
+	if res.GroupReassignedDuringDrain {
+		t.Fatal("the group's assignment changed during the drain")
 	}
 }
