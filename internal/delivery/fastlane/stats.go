@@ -34,6 +34,10 @@ type Stats struct {
 	// commits sent. Each member pays these for itself: what a group of
 	// members costs beyond one member's work.
 	Polls, LogFlushes, LogRows, Commits int64
+	// RouteChecks: checks of the subscriptions' version run because polled
+	// records were newer than the routes held; RouteReads: the full reads
+	// of the routes those checks led to (the version had changed).
+	RouteChecks, RouteReads int64
 }
 
 // Stats returns the lane's figures so far.
@@ -46,7 +50,7 @@ func (l *Lane) Stats() Stats {
 		InFlightLimit: l.stats.limit.Load(), InFlightLimitLowest: l.stats.limitLowest.Load(),
 		InFlightLimitHighest: l.stats.limitHighest.Load(),
 		Polls:                l.stats.polls.Load(), LogFlushes: l.stats.logFlushes.Load(), LogRows: l.stats.logRows.Load(),
-		Commits: l.stats.commits.Load(),
+		Commits: l.stats.commits.Load(), RouteChecks: l.stats.routeChecks.Load(), RouteReads: l.stats.routeReads.Load(),
 	}
 }
 

@@ -53,19 +53,6 @@ type FastRoute struct {
 	SecretsErr error `db:"-"`
 }
 
-// FastRoutes reads every subscription with its signing secrets opened.
-func (s *DeliveryStore) FastRoutes(ctx context.Context) ([]FastRoute, error) {
-	rs, err := statement.Select[FastRoute](ctx, s.db, "load subscriptions for the fast lane", fastRoutesSQL)
-	if err != nil {
-		return nil, err
-	}
-	for i := range rs {
-		open, err := openSecrets(s.keys, rs[i].ID, rs[i].Secrets)
-		rs[i].Secrets, rs[i].SecretsErr = open, err
-	}
-	return rs, nil
-}
-
 // RoutesVersion is bridge.subscriptions_version's number and the snapshot's
 // now() (migrations/00310_subscriptions_version.sql). A version equal to the
 // one FastRoutesAt returned means the routes read then are still those of
