@@ -102,3 +102,52 @@ func TestFastLaneRoutesEachEventToTheSubscriptionsCreatedBeforeIt(t *testing.T) 
 		t.Errorf("stats %+v: want version checks counted", st)
 	}
 }
+
+// While the version check cannot be answered, records newer than the routes
+// wait (none is fanned out with routes older than its event), and the lane
+// says so: Waiting counts them, so /readyz's fast_lane_progress reports a
+// stall instead of records hanging unseen. Once the check is answered they
+// go out.
+func TestFastLaneRecordsWaitingForTheVersionCheckAreReported(t *testing.T) {
+	w := newWorld(t, 2, 1)
+	w.recv.Respond = func(*webhooktest.Request) (int, time.Duration) { return http.StatusNoContent, 0 }
+	l, _ := w.lane(t, func(c *Config) { c.RefreshInterval = time.Hour })
+	testkit.Eventually(t, 30*time.Second, func() string {
+		n := len(l.Gauges().Partitions)
+		return testkit.Unless(n == 2, "the lane owns %d of 2 partitions", n)
+	})
+	w.produce(t, []string{"a"}, 1)
+	w.waitAccepted(t, 1, 30*time.Second)
+
+	// The check blocks behind a lock held on the version table.
+	ctx := context.Background()
+	tx, err := w.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE bridge.subscriptions_version IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	records := l.Stats().Records
+	w.produce(t, []string{"a"}, 1)
+	testkit.Eventually(t, 30*time.Second, func() string {
+		why, err := l.Waiting(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		return testkit.Unless(why != "", "Waiting reports nothing while a polled record waits for the check")
+	})
+	if st := l.Stats(); st.Records != records || w.recv.Stats().Accepted != 1 {
+		t.Fatalf("a record newer than the routes was taken before the check answered: stats %+v, accepted %d", st, w.recv.Stats().Accepted)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.waitAccepted(t, 2, 30*time.Second)
+	w.checkClean(t)
+	testkit.Eventually(t, 10*time.Second, func() string {
+		why, _ := l.Waiting(ctx)
+		return testkit.Unless(why == "", "Waiting still reports %q after the record was delivered", why)
+	})
+}
