@@ -414,7 +414,10 @@ func (l *Lane) awaitRoutes(ctx context.Context, newest time.Time) error {
 	if newest.UnixNano() <= l.routesAsOf.Load() {
 		return nil
 	}
-	return service.Retry(ctx, service.Wait{Name: "check the subscriptions' version", Logger: l.log, LogEvery: 10 * time.Second},
+	// An attempt is bounded as the refresh is, so a connection that hangs
+	// is given up and retried rather than holding the poll for good.
+	return service.Retry(ctx, service.Wait{Name: "check the subscriptions' version", Logger: l.log, LogEvery: 10 * time.Second,
+		AttemptTimeout: 30 * time.Second},
 		func(ctx context.Context) error {
 			l.refreshMu.Lock()
 			defer l.refreshMu.Unlock()
