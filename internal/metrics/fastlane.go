@@ -49,7 +49,9 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 	heldBytes, e14 := gauge("bridge.fastlane.held_bytes", "Record bytes held in memory (bounded by the fast lane's buffer).", "By")
 	deadLettered, e16 := counter("bridge.fastlane.dead_lettered", "Records the fast lane produced to <topic>.dlq (unreadable, or refused by PostgreSQL at a hand-over).", "{record}")
 	limit, e15 := gauge("bridge.fastlane.in_flight_limit", "The member's live limit on fast-lane requests in flight (WEBHOOK_FAST_LANE_IN_FLIGHT_LIMIT; at most WEBHOOK_WORKERS).", "{request}")
-	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, e16); err != nil {
+	checks, e17 := counter("bridge.fastlane.route_checks", "Checks of bridge.subscriptions_version run because polled records were newer than the routes held.", "{check}")
+	reads, e18 := counter("bridge.fastlane.route_reads", "Full reads of the subscriptions that a version check led to (the version had moved).", "{read}")
+	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, e16, e17, e18); err != nil {
 		return nil, fmt.Errorf("create fast lane instruments: %w", err)
 	}
 	groupAttr := attribute.String("group", group)
@@ -63,6 +65,8 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 		o.ObserveInt64(deadLettered, st.DeadLettered)
 		o.ObserveInt64(unparked, st.Unparked)
 		o.ObserveInt64(limit, st.InFlightLimit)
+		o.ObserveInt64(checks, st.RouteChecks)
+		o.ObserveInt64(reads, st.RouteReads)
 		g := l.Gauges()
 		o.ObserveInt64(parked, int64(g.Parked))
 		o.ObserveInt64(queued, int64(g.Queued))
@@ -80,7 +84,7 @@ func (m *Metrics) ObserveFastLane(l FastLaneSource, group string) (func() error,
 			o.ObserveInt64(isolated, int64(p.Isolated), attrs)
 		}
 		return nil
-	}, records, delivered, failed, handed, dups, deadLettered, unparked, lag, settled, held, isolated, parked, queued, inFlight, heldBytes, limit)
+	}, records, delivered, failed, handed, dups, deadLettered, unparked, lag, settled, held, isolated, parked, queued, inFlight, heldBytes, limit, checks, reads)
 	if err != nil {
 		return nil, fmt.Errorf("register fast lane instruments: %w", err)
 	}

@@ -20,7 +20,8 @@ func TestFastLaneCountersAndGauges(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, time.Hour)
 	l := &fakeLane{
-		stats: fastlane.Stats{Records: 40, Delivered: 110, Failed: 2, HandedOver: 9, Duplicates: 1, Unparked: 1},
+		stats: fastlane.Stats{Records: 40, Delivered: 110, Failed: 2, HandedOver: 9, Duplicates: 1, Unparked: 1,
+			RouteChecks: 7, RouteReads: 2},
 		gauges: fastlane.Gauges{Streams: 30, Parked: 3, Queued: 12, InFlight: 5, HeldBytes: 4096, Partitions: []fastlane.PartitionGauge{
 			{Topic: "assets", Partition: 0, Settled: 100, HighWatermark: 130, Lag: 30, Held: 25, HeldBytes: 4000, Isolated: 1},
 			{Topic: "assets", Partition: 1, Settled: -1, HighWatermark: -1, Lag: -1}, // nothing read yet: no lag or offset exported
@@ -37,6 +38,8 @@ func TestFastLaneCountersAndGauges(t *testing.T) {
 	want(t, f, "bridge_fastlane_handed_over_total", nil, 9)
 	want(t, f, "bridge_fastlane_duplicates_total", nil, 1)
 	want(t, f, "bridge_fastlane_unparked_total", nil, 1)
+	want(t, f, "bridge_fastlane_route_checks_total", nil, 7)
+	want(t, f, "bridge_fastlane_route_reads_total", nil, 2)
 	want(t, f, "bridge_fastlane_parked_streams", nil, 3)
 	want(t, f, "bridge_fastlane_queued_deliveries", nil, 12)
 	want(t, f, "bridge_fastlane_in_flight", nil, 5)

@@ -29,7 +29,6 @@ import (
 	"github.com/outboxbridge/bridge/internal/tracing"
 )
 
-
 type request struct {
 	Environments []struct {
 		Name    string            `json:"name"`

@@ -248,12 +248,16 @@ type Result struct {
 	// offset commits; and per member, its deliveries and when (from the
 	// backlog's commit) the last of them was seen (sampled every 50 ms):
 	// a member that ends well after the others drains alone at the end.
-	Polls                  int64     `json:"polls"`
-	AttemptLogFlushes      int64     `json:"attempt_log_flushes"`
-	AttemptLogRowsPerFlush float64   `json:"attempt_log_rows_per_flush"`
-	OffsetCommits          int64     `json:"offset_commits"`
-	MemberDeliveries       []int64   `json:"member_deliveries,omitempty"`
-	MemberDoneSeconds      []float64 `json:"member_done_seconds,omitempty"`
+	Polls                  int64   `json:"polls"`
+	AttemptLogFlushes      int64   `json:"attempt_log_flushes"`
+	AttemptLogRowsPerFlush float64 `json:"attempt_log_rows_per_flush"`
+	OffsetCommits          int64   `json:"offset_commits"`
+	// RouteChecks: checks of the subscriptions' version over the drain
+	// (summed); a backlog older than the members' routes needs none
+	// (docs/architecture.md, "Which subscriptions a record goes to").
+	RouteChecks       int64     `json:"route_checks"`
+	MemberDeliveries  []int64   `json:"member_deliveries,omitempty"`
+	MemberDoneSeconds []float64 `json:"member_done_seconds,omitempty"`
 	// What the receiver saw per partition of the bench topic (the fast
 	// lane, both ways of running the members): each partition's backlog
 	// deliveries; per member (in-process: the lanes' order; as processes:

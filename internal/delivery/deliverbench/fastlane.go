@@ -360,6 +360,7 @@ func runFast(ctx context.Context, pool *pgxpool.Pool, o Options, dc delivery.Con
 	statsAfter := laneStats(lanes)
 	res.Polls, res.AttemptLogFlushes = statsAfter.Polls-statsBefore.Polls, statsAfter.LogFlushes-statsBefore.LogFlushes
 	res.OffsetCommits = statsAfter.Commits - statsBefore.Commits
+	res.RouteChecks = statsAfter.RouteChecks - statsBefore.RouteChecks
 	if res.AttemptLogFlushes > 0 {
 		res.AttemptLogRowsPerFlush = float64(statsAfter.LogRows-statsBefore.LogRows) / float64(res.AttemptLogFlushes)
 	}
@@ -476,6 +477,7 @@ func laneStats(lanes []*fastlane.Lane) fastlane.Stats {
 		sum.LogFlushes += st.LogFlushes
 		sum.LogRows += st.LogRows
 		sum.Commits += st.Commits
+		sum.RouteChecks += st.RouteChecks
 	}
 	return sum
 }

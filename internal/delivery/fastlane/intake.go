@@ -45,13 +45,24 @@ func (l *Lane) poll(ctx context.Context) {
 			l.client.AllowRebalance()
 			return
 		}
+		// The routes must be as new as the newest event polled (see
+		// awaitRoutes); the end offsets go in first, so records waiting
+		// for a check count as lag, not as a lane with nothing to do.
+		if newest := newestEvent(decoded); newest.UnixNano() > l.routesAsOf.Load() {
+			l.mu.Lock()
+			l.noteEnds(fetches)
+			l.mu.Unlock()
+			l.awaiting.Store(int64(len(recs)))
+			err := l.awaitRoutes(ctx, newest)
+			l.awaiting.Store(0)
+			if err != nil {
+				l.client.AllowRebalance()
+				return
+			}
+		}
 		var bad []*kgo.Record
 		l.mu.Lock()
-		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			if p := l.parts[topicPartition{f.Topic, f.Partition}]; p != nil && f.Err == nil {
-				p.highWatermark = f.HighWatermark
-			}
-		})
+		l.noteEnds(fetches)
 		for i, r := range recs {
 			if !l.take(r, decoded[i]) {
 				bad = append(bad, r)
@@ -63,6 +74,27 @@ func (l *Lane) poll(ctx context.Context) {
 		}
 		l.client.AllowRebalance()
 	}
+}
+
+// noteEnds records each partition's end offset from a fetch. l.mu held.
+func (l *Lane) noteEnds(fetches kgo.Fetches) {
+	fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+		if p := l.parts[topicPartition{f.Topic, f.Partition}]; p != nil && f.Err == nil {
+			p.highWatermark = f.HighWatermark
+		}
+	})
+}
+
+// newestEvent is the latest event time among decoded records (the
+// created-at header, else the record's timestamp; see contract.Message).
+func newestEvent(decoded []decodedRecord) time.Time {
+	var newest time.Time
+	for i := range decoded {
+		if d := &decoded[i]; d.err == nil && d.msg.CreatedAt.After(newest) {
+			newest = d.msg.CreatedAt
+		}
+	}
+	return newest
 }
 
 // decodedRecord is a record read by contract.DecodeWith: err is nil or a

@@ -35,6 +35,21 @@ type Lane struct {
 	http   *http.Client
 	log    *slog.Logger
 
+	// refreshMu serializes the reads of the routes (refresh, awaitRoutes),
+	// so routes and routesAsOf only move forward. It is never taken while
+	// l.mu is held.
+	refreshMu sync.Mutex
+	// routesVersion is bridge.subscriptions_version at the last routes
+	// read (refreshMu held).
+	routesVersion int64
+	// routesAsOf is PostgreSQL's now() (unix ns) of the last routes read or
+	// of the last version check that found routesVersion unchanged: the
+	// routes held are those of a snapshot taken at or after it. A record
+	// whose event began later waits for a check (see awaitRoutes).
+	routesAsOf atomic.Int64
+	// awaiting counts records polled that wait for that check, for Waiting.
+	awaiting atomic.Int64
+
 	mu sync.Mutex
 	// work wakes the workers (a stream is ready), hand the hand-over
 	// service (a stream has rows for the slow lane) — two conditions, so a
@@ -95,11 +110,15 @@ type Lane struct {
 
 type counters struct {
 	records, delivered, failed, handedOver, duplicates, unparked, deadLettered atomic.Int64
-	isolations, cut                                              atomic.Int64
-	limit, limitLowest, limitHighest                             atomic.Int64
+	isolations, cut                                                            atomic.Int64
+	limit, limitLowest, limitHighest                                           atomic.Int64
 	// What the member's own services did: polls that returned records,
 	// attempt-log flushes and their rows, offset commits.
 	polls, logFlushes, logRows, commits atomic.Int64
+	// routeChecks: version checks run because records were newer than the
+	// routes; routeReads: full reads of the routes they led to (a changed
+	// version).
+	routeChecks, routeReads atomic.Int64
 }
 
 type topicPartition struct {
@@ -316,10 +335,17 @@ func (l *Lane) route(id string) *route {
 
 // refresh reads the subscriptions and the park markers.
 func (l *Lane) refresh(ctx context.Context) error {
+	l.refreshMu.Lock()
+	defer l.refreshMu.Unlock()
+	return l.refreshLocked(ctx)
+}
+
+// refreshLocked is refresh with l.refreshMu held.
+func (l *Lane) refreshLocked(ctx context.Context) error {
 	l.mu.Lock()
 	gen := l.handGen
 	l.mu.Unlock()
-	rs, err := l.store.FastRoutes(ctx)
+	rs, version, err := l.store.FastRoutesAt(ctx)
 	if err != nil {
 		return err
 	}
@@ -338,6 +364,8 @@ func (l *Lane) refresh(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.routes = routes
+	l.routesVersion = version.Version
+	l.advanceRoutesAsOf(version.AsOf)
 	l.parkedKeys = parked
 	for key, s := range l.streams {
 		switch {
@@ -356,6 +384,58 @@ func (l *Lane) refresh(ctx context.Context) error {
 	}
 	l.countSlowStreams(parked)
 	return nil
+}
+
+// advanceRoutesAsOf moves routesAsOf to t unless it is already later (a
+// clock stepped back must not make records wait again). l.refreshMu held.
+func (l *Lane) advanceRoutesAsOf(t time.Time) {
+	if n := t.UnixNano(); n > l.routesAsOf.Load() {
+		l.routesAsOf.Store(n)
+	}
+}
+
+// awaitRoutes returns once the routes held may fan out an event that began
+// at newest: routes read in a snapshot taken at or after newest (see
+// docs/architecture.md, "The fast lane"). An older event needs nothing.
+// Else it runs one version check, `SELECT version, now()` on a one-row
+// table: an unchanged version makes the routes held those of the check's
+// snapshot; a changed one reads the routes first. Checks are coalesced: one
+// runs at a time, and a caller that finds, after waiting for the one in
+// flight, that it covers newest runs none.
+//
+// One check is enough even when newest is later than its now() (a
+// created-at from a clock ahead of PostgreSQL's): the check began after the
+// record was read, so after its event committed, and its snapshot holds
+// every subscription committed before the event's transaction began.
+//
+// PostgreSQL unreachable: it retries until ctx ends, and the records wait
+// (counted by Waiting, so /readyz's fast_lane_progress reports the stall).
+func (l *Lane) awaitRoutes(ctx context.Context, newest time.Time) error {
+	if newest.UnixNano() <= l.routesAsOf.Load() {
+		return nil
+	}
+	// An attempt is bounded as the refresh is, so a connection that hangs
+	// is given up and retried rather than holding the poll for good.
+	return service.Retry(ctx, service.Wait{Name: "check the subscriptions' version", Logger: l.log, LogEvery: 10 * time.Second,
+		AttemptTimeout: 30 * time.Second},
+		func(ctx context.Context) error {
+			l.refreshMu.Lock()
+			defer l.refreshMu.Unlock()
+			if newest.UnixNano() <= l.routesAsOf.Load() {
+				return nil // the check or read in flight covered it
+			}
+			v, err := l.store.CheckRoutes(ctx)
+			if err != nil {
+				return err
+			}
+			l.stats.routeChecks.Add(1)
+			if v.Version == l.routesVersion {
+				l.advanceRoutesAsOf(v.AsOf)
+				return nil
+			}
+			l.stats.routeReads.Add(1)
+			return l.refreshLocked(ctx)
+		})
 }
 
 // handOverStopGrace is the least time a hand-over being written at shutdown

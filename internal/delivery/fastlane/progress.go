@@ -27,6 +27,9 @@ func (l *Lane) Waiting(context.Context) (string, error) {
 		}
 		held += int64(p.Held)
 	}
+	if n := l.awaiting.Load(); n > 0 {
+		return fmt.Sprintf("%d records polled wait for a check of the subscriptions' version (%d records of its partitions not settled)", n, lag), nil
+	}
 	if lag == 0 {
 		return "", nil
 	}

@@ -19,7 +19,7 @@ type Stats struct {
 	// DeadLettered: records produced to "<topic>.dlq" (unreadable, or
 	// refused by PostgreSQL at a hand-over).
 	DeadLettered int64
-	Unparked   int64 // streams that came back from the slow lane
+	Unparked     int64 // streams that came back from the slow lane
 	// Isolations: (subscription, partition) pairs handed to the slow lane
 	// as a whole (see Config.IsolateAfter, Config.HoldLimit); Cut: requests
 	// in flight cut by an isolation, their deliveries handed over.
@@ -34,6 +34,10 @@ type Stats struct {
 	// commits sent. Each member pays these for itself: what a group of
 	// members costs beyond one member's work.
 	Polls, LogFlushes, LogRows, Commits int64
+	// RouteChecks: checks of the subscriptions' version run because polled
+	// records were newer than the routes held; RouteReads: the full reads
+	// of the routes those checks led to (the version had changed).
+	RouteChecks, RouteReads int64
 }
 
 // Stats returns the lane's figures so far.
@@ -42,11 +46,11 @@ func (l *Lane) Stats() Stats {
 		Records: l.stats.records.Load(), Delivered: l.stats.delivered.Load(), Failed: l.stats.failed.Load(),
 		HandedOver: l.stats.handedOver.Load(), Duplicates: l.stats.duplicates.Load(), Unparked: l.stats.unparked.Load(),
 		DeadLettered: l.stats.deadLettered.Load(),
-		Isolations: l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
+		Isolations:   l.stats.isolations.Load(), Cut: l.stats.cut.Load(),
 		InFlightLimit: l.stats.limit.Load(), InFlightLimitLowest: l.stats.limitLowest.Load(),
 		InFlightLimitHighest: l.stats.limitHighest.Load(),
 		Polls:                l.stats.polls.Load(), LogFlushes: l.stats.logFlushes.Load(), LogRows: l.stats.logRows.Load(),
-		Commits: l.stats.commits.Load(),
+		Commits: l.stats.commits.Load(), RouteChecks: l.stats.routeChecks.Load(), RouteReads: l.stats.routeReads.Load(),
 	}
 }
 

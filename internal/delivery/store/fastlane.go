@@ -53,17 +53,61 @@ type FastRoute struct {
 	SecretsErr error `db:"-"`
 }
 
-// FastRoutes reads every subscription with its signing secrets opened.
-func (s *DeliveryStore) FastRoutes(ctx context.Context) ([]FastRoute, error) {
-	rs, err := statement.Select[FastRoute](ctx, s.db, "load subscriptions for the fast lane", fastRoutesSQL)
+// RoutesVersion is bridge.subscriptions_version's number and the snapshot's
+// now() (migrations/00310_subscriptions_version.sql). A version equal to the
+// one FastRoutesAt returned means the routes read then are still those of
+// this snapshot.
+type RoutesVersion struct {
+	Version int64     `db:"version"`
+	AsOf    time.Time `db:"as_of"`
+}
+
+// routesVersionSQL is the fast lane's cheap check: one row of a one-row
+// table. now() is the statement's start, before its snapshot is taken, so
+// the snapshot holds every subscription change committed before AsOf.
+const routesVersionSQL = `SELECT version, now() AS as_of FROM bridge.subscriptions_version`
+
+// CheckRoutes reads the subscriptions' version and the snapshot's now().
+func (s *DeliveryStore) CheckRoutes(ctx context.Context) (RoutesVersion, error) {
+	v, err := statement.Select[RoutesVersion](ctx, s.db, "check the subscriptions' version", routesVersionSQL)
 	if err != nil {
-		return nil, err
+		return RoutesVersion{}, err
+	}
+	if len(v) != 1 {
+		return RoutesVersion{}, fmt.Errorf("check the subscriptions' version: %d rows in bridge.subscriptions_version, want 1", len(v))
+	}
+	return v[0], nil
+}
+
+// FastRoutesAt reads every subscription (as FastRoutes) and the version in
+// one REPEATABLE READ snapshot; AsOf is the transaction's now(), taken
+// before that snapshot, so the routes hold every change committed before
+// it.
+func (s *DeliveryStore) FastRoutesAt(ctx context.Context) ([]FastRoute, RoutesVersion, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, RoutesVersion{}, fmt.Errorf("load subscriptions for the fast lane: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only; ends the transaction
+	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`); err != nil {
+		return nil, RoutesVersion{}, fmt.Errorf("load subscriptions for the fast lane: %w", err)
+	}
+	v, err := statement.Select[RoutesVersion](ctx, tx, "check the subscriptions' version", routesVersionSQL)
+	if err != nil {
+		return nil, RoutesVersion{}, err
+	}
+	if len(v) != 1 {
+		return nil, RoutesVersion{}, fmt.Errorf("load subscriptions for the fast lane: %d rows in bridge.subscriptions_version, want 1", len(v))
+	}
+	rs, err := statement.Select[FastRoute](ctx, tx, "load subscriptions for the fast lane", fastRoutesSQL)
+	if err != nil {
+		return nil, RoutesVersion{}, err
 	}
 	for i := range rs {
 		open, err := openSecrets(s.keys, rs[i].ID, rs[i].Secrets)
 		rs[i].Secrets, rs[i].SecretsErr = open, err
 	}
-	return rs, nil
+	return rs, v[0], tx.Commit(ctx)
 }
 
 // Stream names a (subscription, asset) stream; AssetKey is coalesce(asset_id,
