@@ -3,6 +3,7 @@ package composetest
 import (
 	"bufio"
 	"context"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -78,10 +79,14 @@ func load(t *testing.T, env map[string]string, profiles ...string) *types.Projec
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A copy: the loader writes into it (COMPOSE_PROJECT_NAME), and the
+	// layouts' maps are shared by the parallel tests.
+	environment := types.Mapping{}
+	maps.Copy(environment, env)
 	details := types.ConfigDetails{
 		WorkingDir:  abs,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(abs, "docker-compose.yml")}},
-		Environment: types.Mapping(env),
+		Environment: environment,
 	}
 	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
 		o.SetProjectName("outbox-bridge", true)
