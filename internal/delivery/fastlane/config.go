@@ -51,7 +51,8 @@ type Config struct {
 	// others' offset and memory do not wait for it). Default 2s.
 	IsolateAfter time.Duration
 	// HoldLimit: a subscription at its in-flight cap with streams waiting
-	// for a slot, whose delivery of a partition's oldest unsettled record
+	// for a slot (slower than the others, or left no slot by its parked
+	// streams), whose delivery of a partition's oldest unsettled record
 	// has waited this long in the fast lane while another subscription has
 	// settled that record, is isolated the same way (its backlog holds the
 	// partition's offset and memory for the others). Default 10s.

@@ -159,7 +159,17 @@ func (l *Lane) isolateSlow(ctx context.Context) error {
 				continue
 			}
 			sub := l.subs[it.sub]
-			if sub == nil || sub.inFlight < l.capOf(it.sub) || len(sub.waiting) == 0 || !l.slowerThanOthers(it.sub, sub.took) {
+			if sub == nil || sub.inFlight < l.capOf(it.sub) || len(sub.waiting) == 0 {
+				continue
+			}
+			// Slower than the others — or left no slot at all here: every
+			// one of its cap's slots is kept for its streams parked in the
+			// slow lane (capOf), so nothing of it moves in the fast lane
+			// until those empty, however fast its endpoint answers (a
+			// flaky endpoint with a stream parked per slot; a partition
+			// assigned after its isolation elsewhere). Without this its
+			// deliveries waited for WEBHOOK_FAST_LANE_MAX_WAITING_AGE.
+			if l.capOf(it.sub) > 0 && !l.slowerThanOthers(it.sub, sub.took) {
 				continue
 			}
 			if s := l.streams[streamKey{it.sub, assetKey(&it.rec.msg)}]; s != nil && !s.parked && slices.Contains(s.fast, it) {

@@ -1,6 +1,7 @@
 package fastlane
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -215,5 +216,53 @@ func TestFastLaneIsolatesAnEndpointThatFailsEveryStream(t *testing.T) {
 	w.slowLane(t, nil)
 	failing.Store(false)
 	w.waitAccepted(t, len(w.subs)*(len(as)*3+len(live)*10), 90*time.Second)
+	w.checkClean(t)
+}
+
+// A subscription every slot of whose cap is kept for its streams parked in
+// the slow lane (two parked streams, a cap of two) has no slot left in the
+// fast lane, however fast its endpoint answers: its deliveries of other
+// assets would wait in memory, holding the partition's offset for the
+// other subscription, until WEBHOOK_FAST_LANE_MAX_WAITING_AGE (30 s). Past
+// HoldLimit it is isolated: its deliveries go to the slow lane (not running
+// here, so they stay there as rows) and the offset reaches the end.
+func TestFastLaneIsolatesASubscriptionLeftNoSlot(t *testing.T) {
+	w := newWorld(t, 1, 2)
+	ctx := t.Context()
+	// Two streams of the first subscription with a delivery pending in
+	// bridge.deliveries: the lane parks them at its start.
+	for i, asset := range []string{"parked-0", "parked-1"} {
+		if _, err := w.db.Pool.Exec(ctx, `
+INSERT INTO bridge.deliveries (subscription_id, event_id, event_type, topic, asset_id, asset_seq, payload, event_created_at)
+VALUES ($1, $2, 'asset.updated', $3, $4, 1, '{}', now())`, w.subs[0].ID, fmt.Sprintf("pending-%d", i), w.topic, asset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.recv.Gapless = false // the parked streams' pending rows are never sent here
+	var second atomic.Int64
+	w.recv.Respond = func(r *webhooktest.Request) (int, time.Duration) {
+		if r.Subscription == w.paths[1] {
+			second.Add(1)
+		}
+		return http.StatusNoContent, 0
+	}
+	w.lane(t, func(c *Config) {
+		c.MaxInFlightPerSubscription = 2
+		c.HoldLimit = 300 * time.Millisecond
+	})
+	as := assets(10)
+	w.produce(t, as, 3)
+	// The second subscription gets everything from the fast lane.
+	testkit.Eventually(t, 30*time.Second, func() string {
+		n := second.Load()
+		return testkit.Unless(n >= int64(len(as)*3), "second subscription got %d of %d", n, len(as)*3)
+	})
+	testkit.Eventually(t, 10*time.Second, func() string {
+		c, end := w.committed(t)
+		return testkit.Unless(c == end, "committed %d of end %d: the first subscription holds the offset", c, end)
+	})
+	if n := w.count(t, `SELECT count(*)::int FROM bridge.deliveries WHERE subscription_id = $1 AND asset_id LIKE 'asset-%'`, w.subs[0].ID); n != len(as)*3 {
+		t.Errorf("%d of the first subscription's deliveries handed to the slow lane, want %d", n, len(as)*3)
+	}
 	w.checkClean(t)
 }
