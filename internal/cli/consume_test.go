@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/outboxbridge/bridge/internal/config"
 )
 
 // Not parallel: it sets the process environment the command reads.
@@ -67,5 +69,13 @@ func TestFastLaneSettingsAreCheckedBeforeConnecting(t *testing.T) {
 				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)
 			}
 		})
+	}
+}
+
+// config.CommandNeeds["run"], what the deployment checks hold `bridge run`
+// to, is what its stages ask for together.
+func TestRunNeedsAreItsStagesNeeds(t *testing.T) {
+	if got, _ := needsOf(allStages); got != config.CommandNeeds["run"] {
+		t.Errorf("bridge run's stages need %+v, config.CommandNeeds[\"run\"] says %+v", got, config.CommandNeeds["run"])
 	}
 }
