@@ -77,6 +77,10 @@ type Config struct {
 	DisableAfter int
 }
 
+// loopback is where the tests' receivers listen: the deliverers' allowed
+// destinations.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
 func New(t *testing.T, pc Config) *Pipeline {
 	t.Helper()
 	p := &Pipeline{
@@ -152,13 +156,9 @@ func (p *Pipeline) StopRelay() {
 // StartConsumerAndDeliverer starts the other two processes.
 func (p *Pipeline) StartConsumerAndDeliverer() {
 	p.T.Helper()
-	topics := []string{p.Topic}
-	if p.OperationsTopic != "" {
-		topics = append(topics, p.OperationsTopic)
-	}
 	c, err := consumer.New(p.DB.Pool, []kgo.Opt{kgo.SeedBrokers(p.Brokers...)}, consumer.Config{
 		Group:          "g-" + p.Topic,
-		Topics:         topics,
+		Topics:         p.topics(),
 		Logger:         logging.New(p.T.Output(), "info", "text"),
 		TracerProvider: p.ConsumerTP,
 		RetryBackoff:   20 * time.Millisecond,
@@ -181,11 +181,20 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 			p.T.Cleanup(func() { _ = unregister() })
 		}
 	}
+	p.run("consumer.Run", c.Run)
+	p.startDeliverer(hook)
+}
+
+// startDeliverer starts the deliverer that posts bridge.deliveries' rows:
+// the row engine's, or the fast lane's slow lane. One attempt: a failure is
+// dead at once.
+func (p *Pipeline) startDeliverer(hook delivery.Metrics) {
+	p.T.Helper()
 	d, err := delivery.NewDeliverer(p.DB.Pool, delivery.Config{
 		Metrics:        hook,
-		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
+		RetrySchedule:  []time.Duration{},
 		PollInterval:   50 * time.Millisecond,
-		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		AllowedCIDRs:   loopback,
 		TracerProvider: p.DeliverTP,
 		Logger:         logger(p.T, p.DeliverLog),
 		Timeout:        5 * time.Second,
@@ -196,16 +205,25 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 	if err != nil {
 		p.T.Fatalf("delivery.NewDeliverer: %v", err)
 	}
+	p.run("deliverer.Run", d.Run)
+}
+
+// run runs fn until the pipeline stops; an error fails the test.
+func (p *Pipeline) run(name string, fn func(context.Context) error) {
 	p.wg.Go(func() {
-		if err := c.Run(p.ctx); err != nil {
-			p.T.Errorf("consumer.Run: %v", err)
+		if err := fn(p.ctx); err != nil {
+			p.T.Errorf("%s: %v", name, err)
 		}
 	})
-	p.wg.Go(func() {
-		if err := d.Run(p.ctx); err != nil {
-			p.T.Errorf("deliverer.Run: %v", err)
-		}
-	})
+}
+
+// topics are what the consumer group reads: the topic, and the operations
+// topic when there is one.
+func (p *Pipeline) topics() []string {
+	if p.OperationsTopic == "" {
+		return []string{p.Topic}
+	}
+	return []string{p.Topic, p.OperationsTopic}
 }
 
 // StartFastLane starts the deliverer as `bridge deliver` runs it by default
@@ -214,14 +232,10 @@ func (p *Pipeline) StartConsumerAndDeliverer() {
 // StartConsumerAndDeliverer.
 func (p *Pipeline) StartFastLane() {
 	p.T.Helper()
-	topics := []string{p.Topic}
-	if p.OperationsTopic != "" {
-		topics = append(topics, p.OperationsTopic)
-	}
 	l, err := fastlane.New(p.DB.Pool, []kgo.Opt{kgo.SeedBrokers(p.Brokers...)}, fastlane.Config{
 		Group:          "g-" + p.Topic,
-		Topics:         topics,
-		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Topics:         p.topics(),
+		AllowedCIDRs:   loopback,
 		RetrySchedule:  []time.Duration{}, // one attempt: a failure is dead at once
 		Timeout:        5 * time.Second,
 		TracerProvider: p.DeliverTP,
@@ -230,30 +244,8 @@ func (p *Pipeline) StartFastLane() {
 	if err != nil {
 		p.T.Fatalf("fastlane.New: %v", err)
 	}
-	d, err := delivery.NewDeliverer(p.DB.Pool, delivery.Config{
-		RetrySchedule:  []time.Duration{},
-		PollInterval:   50 * time.Millisecond,
-		AllowedCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		TracerProvider: p.DeliverTP,
-		Logger:         logger(p.T, p.DeliverLog),
-		Timeout:        5 * time.Second,
-
-		OperationsTopic: p.OperationsTopic,
-		DisableAfter:    p.DisableAfter,
-	})
-	if err != nil {
-		p.T.Fatalf("delivery.NewDeliverer: %v", err)
-	}
-	p.wg.Go(func() {
-		if err := l.Run(p.ctx); err != nil {
-			p.T.Errorf("fastlane.Run: %v", err)
-		}
-	})
-	p.wg.Go(func() {
-		if err := d.Run(p.ctx); err != nil {
-			p.T.Errorf("deliverer.Run: %v", err)
-		}
-	})
+	p.run("fastlane.Run", l.Run)
+	p.startDeliverer(nil)
 }
 
 func (p *Pipeline) Stop() {
